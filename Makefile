@@ -1,0 +1,70 @@
+# Sluice developer interface. CI (.ci/run) calls `make test`; nothing else is needed on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PROTO_SRC := $(wildcard proto/sluice/v1/*.proto)
+PROTO_OUT := services/shared/sluice/v1
+STAMP := $(VENV)/.installed-stamp
+PYTEST := $(PY) -m pytest
+
+.PHONY: help install proto lint fmt test test-unit test-integration test-e2e test-compat test-compose run \
+        stop bench bench-quick clean
+
+help:
+	@echo "make run           start redis, manager, gateway and the demo model (Ctrl-C stops)"
+	@echo "make test          venv, dependencies, protos, lint, then every test tier"
+	@echo "make test-compose  build the images and run the compose stack with a real Docker engine"
+	@echo "make install       venv + dependencies + generated protos + the 'sluice' CLI"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[worker,manager,dev]"
+	touch $(STAMP)
+
+$(PROTO_OUT)/.stamp: $(PROTO_SRC) $(STAMP)
+	rm -rf $(PROTO_OUT) && mkdir -p $(PROTO_OUT)
+	$(PY) scripts/gen_protos.py proto $(dir $(PROTO_OUT))
+	touch $@
+
+install: $(STAMP) $(PROTO_OUT)/.stamp
+
+proto: $(PROTO_OUT)/.stamp
+
+lint: install
+	$(VENV)/bin/ruff check services tests scripts
+	$(VENV)/bin/ruff format --check services tests scripts
+	$(VENV)/bin/mypy services
+	$(PY) scripts/check_boundaries.py
+
+fmt: install
+	$(VENV)/bin/ruff format services tests scripts
+	$(VENV)/bin/ruff check --fix services tests scripts
+
+test: lint
+	$(PYTEST) tests/unit tests/integration tests/e2e tests/compat
+
+test-unit: install
+	$(PYTEST) tests/unit
+
+test-integration: install
+	$(PYTEST) tests/integration
+
+test-e2e: install
+	$(PYTEST) tests/e2e
+
+test-compat: install
+	$(PYTEST) tests/compat
+
+test-compose: install
+	bash scripts/test_compose.sh
+
+run: install
+	$(VENV)/bin/sluice demo
+
+stop: install
+	$(VENV)/bin/sluice stop
+
+clean:
+	rm -rf $(VENV) $(PROTO_OUT) var build *.egg-info

@@ -1,0 +1,93 @@
+"""Domain errors: a code from a closed set plus a client-safe message. No transport imports here;
+``sluice.status_map`` turns codes into gRPC statuses and REST bodies, once, from a table."""
+
+import enum
+
+
+class ErrorCode(enum.Enum):
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
+    VERSION_NOT_FOUND = "VERSION_NOT_FOUND"
+    # Queue at `job_queue_size`, or no live worker: TorchServe answers both with one message.
+    QUEUE_FULL = "QUEUE_FULL"
+    NO_WORKER = "NO_WORKER"
+    # A dependency (Redis) is unreachable, or the service is draining; nothing was accepted.
+    UNAVAILABLE = "UNAVAILABLE"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    CANCELLED = "CANCELLED"
+    # A worker died or was killed while it held the job (TorchServe: "Worker died.").
+    WORKER_DIED = "WORKER_DIED"
+    # The handler (or the worker around it) failed; the HTTP status comes with the error.
+    HANDLER_FAILED = "HANDLER_FAILED"
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    CONFLICT = "CONFLICT"
+    INTERNAL = "INTERNAL"
+
+
+# HTTP status TorchServe gives for each code (REST status, and the basis of its gRPC mapping).
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.MODEL_NOT_FOUND: 404,
+    ErrorCode.VERSION_NOT_FOUND: 404,
+    ErrorCode.QUEUE_FULL: 503,
+    ErrorCode.NO_WORKER: 503,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.DEADLINE_EXCEEDED: 408,
+    ErrorCode.CANCELLED: 499,
+    ErrorCode.WORKER_DIED: 500,
+    ErrorCode.HANDLER_FAILED: 500,
+    ErrorCode.MESSAGE_TOO_LARGE: 413,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.INTERNAL: 500,
+}
+
+# TorchServe's exception class names: REST error bodies carry the simple name as "type", gRPC
+# details end with the full name (clients sometimes parse it).
+EXCEPTION_CLASS: dict[ErrorCode, str] = {
+    ErrorCode.INVALID_ARGUMENT: "org.pytorch.serve.http.BadRequestException",
+    ErrorCode.MODEL_NOT_FOUND: "org.pytorch.serve.archive.model.ModelNotFoundException",
+    ErrorCode.VERSION_NOT_FOUND: "org.pytorch.serve.archive.model.ModelVersionNotFoundException",
+    ErrorCode.QUEUE_FULL: "org.pytorch.serve.http.ServiceUnavailableException",
+    ErrorCode.NO_WORKER: "org.pytorch.serve.http.ServiceUnavailableException",
+    ErrorCode.UNAVAILABLE: "org.pytorch.serve.http.ServiceUnavailableException",
+    ErrorCode.DEADLINE_EXCEEDED: "org.pytorch.serve.http.RequestTimeoutException",
+    ErrorCode.CANCELLED: "org.pytorch.serve.http.InternalServerException",
+    ErrorCode.WORKER_DIED: "org.pytorch.serve.http.InternalServerException",
+    ErrorCode.HANDLER_FAILED: "org.pytorch.serve.http.InternalServerException",
+    ErrorCode.MESSAGE_TOO_LARGE: "org.pytorch.serve.http.RequestEntityTooLargeException",
+    ErrorCode.PERMISSION_DENIED: "org.pytorch.serve.http.InvalidKeyException",
+    ErrorCode.CONFLICT: "org.pytorch.serve.http.ConflictStatusException",
+    ErrorCode.INTERNAL: "org.pytorch.serve.http.InternalServerException",
+}
+
+
+class SluiceError(Exception):
+    """An error whose message is safe to show a client.
+
+    ``http_status`` overrides the code's default status; handler errors use it to carry the status the
+    handler chose (``PredictionException(msg, 404)``).
+    """
+
+    def __init__(self, code: ErrorCode, message: str, http_status: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.http_status = http_status if http_status is not None else HTTP_STATUS[code]
+
+    @property
+    def exception_class(self) -> str:
+        return EXCEPTION_CLASS[self.code]
+
+    def __repr__(self) -> str:
+        return f"SluiceError({self.code.value}, {self.message!r}, {self.http_status})"
+
+
+def no_worker_message(model: str) -> str:
+    """TorchServe's text for a full queue or a model without workers (clients match on it)."""
+    return (
+        f'Model "{model}" has no worker to serve inference request. Please use scale workers API to add '
+        "workers. If this is a sequence inference, please check if it is closed, or expired; or exceeds "
+        "maxSequenceJobQueueSize"
+    )

@@ -1,0 +1,71 @@
+"""Every Redis key, stream, group and channel Sluice uses, on one screen.
+
+Keys of one model version share the hash tag ``{name:version}`` so that a Redis Cluster keeps them in
+one slot (the enqueue script touches several of them atomically). A gateway's keys share ``{gw:id}``.
+Model names and versions are validated (:mod:`sluice.names`) before they reach this module, so they
+never contain ``{``, ``}`` or ``:``.
+"""
+
+PREFIX = "sluice"
+
+# Consumer group every worker of a model version reads the job stream through.
+JOB_GROUP = "workers"
+
+# Registry events (model registered/unregistered, default changed) for gateway cache invalidation.
+EVENTS_CHANNEL = f"{PREFIX}:events"
+
+# Sorted set of registered model names (score 0: ZRANGE gives name order for ListModels).
+MODELS = f"{PREFIX}:models"
+
+
+def _version_tag(model: str, version: str) -> str:
+    return f"{PREFIX}:{{{model}:{version}}}"
+
+
+def model(name: str) -> str:
+    """Hash of one model: ``default`` -> default version, ``v:<version>`` -> registration order."""
+    return f"{PREFIX}:model:{name}"
+
+
+def version_config(model: str, version: str) -> str:
+    """Hash holding a model version's record (see :mod:`sluice.records`)."""
+    return f"{_version_tag(model, version)}:config"
+
+
+def job_stream(model: str, version: str) -> str:
+    """Stream of jobs for one model version, read through :data:`JOB_GROUP`."""
+    return f"{_version_tag(model, version)}:jobs"
+
+
+def dead_letters(model: str, version: str) -> str:
+    """Stream of jobs that exhausted their deliveries (capped)."""
+    return f"{_version_tag(model, version)}:dlq"
+
+
+def workers(model: str, version: str) -> str:
+    """Hash worker id -> JSON worker record, for workers that announced READY."""
+    return f"{_version_tag(model, version)}:workers"
+
+
+def heartbeat(model: str, version: str, worker_id: str) -> str:
+    """Key that exists (with a TTL) while the worker is alive."""
+    return f"{_version_tag(model, version)}:hb:{worker_id}"
+
+
+def cancel(model: str, version: str, job_id: str) -> str:
+    """Flag set (with a TTL) when the client of a job gave up."""
+    return f"{_version_tag(model, version)}:cancel:{job_id}"
+
+
+def reply_stream(gateway_id: str) -> str:
+    """A gateway's own reply stream; workers XADD results to it with NOMKSTREAM."""
+    return f"{PREFIX}:{{gw:{gateway_id}}}:replies"
+
+
+def gateway_alive(gateway_id: str) -> str:
+    return f"{PREFIX}:{{gw:{gateway_id}}}:alive"
+
+
+# Counter that hands out worker ids ("9000", "9001", ... as TorchServe numbers its workers).
+WORKER_SEQ = f"{PREFIX}:worker-seq"
+FIRST_WORKER_ID = 9000

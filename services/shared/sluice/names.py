@@ -1,0 +1,24 @@
+"""Validation of model names and versions before they touch a key, a path or a log line."""
+
+import re
+
+from sluice.errors import ErrorCode, SluiceError
+
+# TorchServe's model-name rule; versions follow the same alphabet (e.g. "1.0", "2024-01-v3").
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-.]*")
+MAX_NAME_LENGTH = 128
+
+
+def is_valid(name: str) -> bool:
+    return len(name) <= MAX_NAME_LENGTH and _NAME.fullmatch(name) is not None
+
+
+def check_model_name(name: str) -> str:
+    if not is_valid(name):
+        raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {_printable(name)}")
+    return name
+
+
+def _printable(text: str) -> str:
+    cleaned = "".join(ch if ch.isprintable() else "?" for ch in text[:MAX_NAME_LENGTH])
+    return cleaned + ("..." if len(text) > MAX_NAME_LENGTH else "")

@@ -1,0 +1,94 @@
+"""Records the manager writes to Redis and gateways and workers read: model versions and workers.
+
+Stored as JSON in hashes (see :mod:`sluice.keys`), never pickled. Field names carry units.
+"""
+
+import enum
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class BatchPolicy(enum.StrEnum):
+    # TorchServe's rule: wait up to max_batch_delay for the batch to fill.
+    FILL = "fill"
+    # Run whatever is queued as soon as the worker is idle; never wait on an idle queue.
+    EAGER = "eager"
+
+
+class VersionState(enum.StrEnum):
+    ACTIVE = "active"
+    # Being unregistered: gateways stop routing to it, queued jobs are failed.
+    REMOVING = "removing"
+
+
+class VersionRecord(BaseModel):
+    """One registered model version: where its files are and how its workers run."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    model_name: str
+    version: str
+    # Where the archive came from as the user gave it (TorchServe's modelUrl), and where it lies unpacked.
+    model_url: str
+    model_dir: str
+    handler: str
+    runtime: str = "python"
+    envelope: str = ""
+    batch_size: int = 1
+    max_batch_delay_ms: int = 100
+    batch_policy: BatchPolicy = BatchPolicy.FILL
+    response_timeout_s: int = 120
+    startup_timeout_s: int = 120
+    min_workers: int = 1
+    max_workers: int = 1
+    job_queue_size: int = 100
+    max_retry_timeout_s: int = 300
+    # Deliveries of one job before it is dead-lettered (a job that keeps killing workers).
+    max_deliveries: int = 3
+    client_timeout_ms: int = 0
+    device_type: str = "cpu"
+    loaded_at_startup: bool = False
+    registered_unix_ms: int = 0
+    # Custom keys of model-config.yaml, handed to the handler as context.model_yaml_config.
+    model_yaml_config: dict[str, Any] = {}
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> "VersionRecord":
+        return cls.model_validate_json(raw)
+
+
+class WorkerStatus(enum.StrEnum):
+    STARTING = "STARTING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+
+
+class WorkerRecord(BaseModel):
+    """A worker as it announces itself in the version's ``workers`` hash."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    worker_id: str
+    pid: int
+    host: str
+    status: WorkerStatus
+    started_unix_ms: int
+    device: str = "cpu"
+    gpu: bool = False
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> "WorkerRecord":
+        return cls.model_validate_json(raw)
+
+
+def event(kind: str, model: str, version: str = "") -> str:
+    """A registry event published on :data:`sluice.keys.EVENTS_CHANNEL`."""
+    return json.dumps({"kind": kind, "model": model, "version": version})

@@ -1,0 +1,93 @@
+"""Reading and writing the model registry in Redis (the manager writes; gateways and workers read).
+
+Version resolution is a pure function (:func:`choose_version`) so it can be tested without Redis.
+"""
+
+import time
+
+import redis.asyncio as aioredis
+
+from sluice import keys
+from sluice.errors import ErrorCode, SluiceError
+from sluice.records import VersionRecord, VersionState, WorkerRecord
+
+RECORD_FIELD = "record"
+DEFAULT_FIELD = "default"
+VERSION_FIELD_PREFIX = "v:"
+
+
+def choose_version(model: str, requested: str, default: str | None, versions: set[str]) -> str:
+    """The version a request for ``model``/``requested`` runs on, or the TorchServe error."""
+    if not versions:
+        raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {model}")
+    if not requested:
+        if default is None:
+            raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {model}")
+        return default
+    if requested not in versions:
+        raise SluiceError(
+            ErrorCode.VERSION_NOT_FOUND, f"Model version: {requested} does not exist for model: {model}"
+        )
+    return requested
+
+
+async def model_versions(redis: "aioredis.Redis", model: str) -> tuple[str | None, set[str]]:
+    """(default version, all versions) of ``model``; (None, set()) when it is not registered."""
+    raw = await redis.hgetall(keys.model(model))
+    default: str | None = None
+    versions: set[str] = set()
+    for field, value in raw.items():
+        name = _text(field)
+        if name == DEFAULT_FIELD:
+            default = _text(value)
+        elif name.startswith(VERSION_FIELD_PREFIX):
+            versions.add(name[len(VERSION_FIELD_PREFIX) :])
+    return default, versions
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def resolve_version(redis: "aioredis.Redis", model: str, requested: str) -> str:
+    default, versions = await model_versions(redis, model)
+    return choose_version(model, requested, default, versions)
+
+
+async def get_version(redis: "aioredis.Redis", model: str, version: str) -> VersionRecord | None:
+    raw = await redis.hget(keys.version_config(model, version), RECORD_FIELD)
+    return None if raw is None else VersionRecord.from_json(raw)
+
+
+async def put_version(redis: "aioredis.Redis", record: VersionRecord, *, make_default: bool) -> None:
+    """Store ``record`` as an active version (and the model's default if asked or if it has none)."""
+    model, version = record.model_name, record.version
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.hset(
+            keys.version_config(model, version),
+            mapping={
+                RECORD_FIELD: record.to_json(),
+                "state": VersionState.ACTIVE.value,
+                "job_queue_size": record.job_queue_size,
+            },
+        )
+        pipe.hset(keys.model(model), f"{VERSION_FIELD_PREFIX}{version}", int(time.time() * 1000))
+        if make_default:
+            pipe.hset(keys.model(model), DEFAULT_FIELD, version)
+        else:
+            pipe.hsetnx(keys.model(model), DEFAULT_FIELD, version)
+        pipe.zadd(keys.MODELS, {model: 0})
+        await pipe.execute()
+
+
+async def live_workers(redis: "aioredis.Redis", model: str, version: str) -> list[WorkerRecord]:
+    """Workers of a version that announced themselves and whose heartbeat has not expired."""
+    raw = await redis.hgetall(keys.workers(model, version))
+    records = [WorkerRecord.from_json(value) for value in raw.values()]
+    if not records:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        for record in records:
+            pipe.exists(keys.heartbeat(model, version, record.worker_id))
+        alive = await pipe.execute()
+    return [record for record, is_alive in zip(records, alive, strict=True) if is_alive]

@@ -1,0 +1,30 @@
+"""Fixtures shared by every test tier."""
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from tests.support.redis_server import RedisServer
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server for one test (AOF on), stopped afterwards."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.process is not None:
+            server.kill()
+
+
+@pytest.fixture
+async def redis_client(redis_server: RedisServer) -> AsyncIterator["aioredis.Redis"]:
+    client: aioredis.Redis = aioredis.Redis.from_url(redis_server.url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
