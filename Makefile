@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PROTO_SRC := $(wildcard proto/sluice/v1/*.proto)
-PROTO_OUT := services/shared/sluice/v1
+PROTO_ROOT := services/shared
+PROTO_OUT := $(PROTO_ROOT)/sluice/v1
 STAMP := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
@@ -25,7 +26,7 @@ $(STAMP): pyproject.toml
 
 $(PROTO_OUT)/.stamp: $(PROTO_SRC) $(STAMP)
 	rm -rf $(PROTO_OUT) && mkdir -p $(PROTO_OUT)
-	$(PY) scripts/gen_protos.py proto $(dir $(PROTO_OUT))
+	$(PY) scripts/gen_protos.py proto services/shared
 	touch $@
 
 install: $(STAMP) $(PROTO_OUT)/.stamp
@@ -42,8 +43,11 @@ fmt: install
 	$(VENV)/bin/ruff format services tests scripts
 	$(VENV)/bin/ruff check --fix services tests scripts
 
+# The compat tier runs in its own process: it loads TorchServe's own generated protos, which declare
+# the same protobuf packages as ours.
 test: lint
-	$(PYTEST) tests/unit tests/integration tests/e2e tests/compat
+	$(PYTEST) tests/unit tests/integration tests/e2e
+	$(PYTEST) tests/compat
 
 test-unit: install
 	$(PYTEST) tests/unit
@@ -60,8 +64,11 @@ test-compat: install
 test-compose: install
 	bash scripts/test_compose.sh
 
+# The demo archive is built into the runtime folder's model store, then served until Ctrl-C.
+DEMO_STORE := var/model-store
 run: install
-	$(VENV)/bin/sluice demo
+	$(PY) -m sluice_worker.demo_model $(DEMO_STORE)
+	$(VENV)/bin/sluice start --foreground --model-store $(DEMO_STORE) --models demo=demo.mar
 
 stop: install
 	$(VENV)/bin/sluice stop

@@ -47,9 +47,18 @@ class PropertiesSource(PydanticBaseSettingsSource):
 
     def __init__(self, settings_cls: type[BaseSettings]) -> None:
         super().__init__(settings_cls)
-        path = properties_path()
-        self._values = parse_properties(path.read_text()) if path and path.is_file() else {}
         self._ts_keys: dict[str, str] = getattr(settings_cls, "TS_KEYS", {})
+        self._loaded: dict[str, str] | None = None
+
+    @property
+    def _values(self) -> dict[str, str]:
+        # Read lazily: an explicit ``ts_config`` (flag or SLUICE_TS_CONFIG) comes from the sources
+        # before this one and is only known once they ran.
+        if self._loaded is None:
+            explicit = self.current_state.get("ts_config")
+            path = Path(explicit) if explicit else properties_path()
+            self._loaded = parse_properties(path.read_text()) if path and path.is_file() else {}
+        return self._loaded
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         for ts_key, name in self._ts_keys.items():

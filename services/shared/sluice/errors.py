@@ -22,6 +22,8 @@ class ErrorCode(enum.Enum):
     MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     CONFLICT = "CONFLICT"
+    # The call is valid but this server does not do it (e.g. unary ModelInfer on a decoupled model).
+    NOT_IMPLEMENTED = "NOT_IMPLEMENTED"
     INTERNAL = "INTERNAL"
 
 
@@ -40,6 +42,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.MESSAGE_TOO_LARGE: 413,
     ErrorCode.PERMISSION_DENIED: 403,
     ErrorCode.CONFLICT: 409,
+    ErrorCode.NOT_IMPLEMENTED: 501,
     ErrorCode.INTERNAL: 500,
 }
 
@@ -59,6 +62,7 @@ EXCEPTION_CLASS: dict[ErrorCode, str] = {
     ErrorCode.MESSAGE_TOO_LARGE: "org.pytorch.serve.http.RequestEntityTooLargeException",
     ErrorCode.PERMISSION_DENIED: "org.pytorch.serve.http.InvalidKeyException",
     ErrorCode.CONFLICT: "org.pytorch.serve.http.ConflictStatusException",
+    ErrorCode.NOT_IMPLEMENTED: "org.pytorch.serve.http.MethodNotAllowedException",
     ErrorCode.INTERNAL: "org.pytorch.serve.http.InternalServerException",
 }
 

@@ -57,6 +57,11 @@ def cancel(model: str, version: str, job_id: str) -> str:
     return f"{_version_tag(model, version)}:cancel:{job_id}"
 
 
+def batch_sizes(model: str, version: str) -> str:
+    """Hash batch size -> number of handler calls of that size (workers HINCRBY it per batch)."""
+    return f"{_version_tag(model, version)}:batch-sizes"
+
+
 def reply_stream(gateway_id: str) -> str:
     """A gateway's own reply stream; workers XADD results to it with NOMKSTREAM."""
     return f"{PREFIX}:{{gw:{gateway_id}}}:replies"
@@ -69,3 +74,13 @@ def gateway_alive(gateway_id: str) -> str:
 # Counter that hands out worker ids ("9000", "9001", ... as TorchServe numbers its workers).
 WORKER_SEQ = f"{PREFIX}:worker-seq"
 FIRST_WORKER_ID = 9000
+
+# Manager-owned state (only managers and `sluice stop` touch it).
+# Lease of the manager that runs the reconcile loop: several managers may share one Redis.
+MANAGER_LEASE = f"{PREFIX}:manager:lease"
+# Hash worker id -> launch record (JSON) of each worker a launcher started: pid, host, log file.
+LAUNCHED_WORKERS = f"{PREFIX}:manager:launched"
+# Hash "<model>:<version>" -> restart streak (JSON) behind the restart backoff.
+RESTARTS = f"{PREFIX}:manager:restarts"
+# The manager's startup report (records.StartupReport); `sluice start` waits on it.
+STARTUP_REPORT = f"{PREFIX}:manager:startup"

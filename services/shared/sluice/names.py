@@ -22,3 +22,12 @@ def check_model_name(name: str) -> str:
 def _printable(text: str) -> str:
     cleaned = "".join(ch if ch.isprintable() else "?" for ch in text[:MAX_NAME_LENGTH])
     return cleaned + ("..." if len(text) > MAX_NAME_LENGTH else "")
+
+
+def check_version(model: str, version: str) -> str:
+    if not is_valid(version):
+        raise SluiceError(
+            ErrorCode.VERSION_NOT_FOUND,
+            f"Model version: {_printable(version)} does not exist for model: {_printable(model)}",
+        )
+    return version

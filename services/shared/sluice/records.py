@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from sluice.v2_declaration import ModelTensors
+
 
 class BatchPolicy(enum.StrEnum):
     # TorchServe's rule: wait up to max_batch_delay for the batch to fill.
@@ -53,6 +55,8 @@ class VersionRecord(BaseModel):
     registered_unix_ms: int = 0
     # Custom keys of model-config.yaml, handed to the handler as context.model_yaml_config.
     model_yaml_config: dict[str, Any] = {}
+    # KServe v2 tensors the model declares (model-config.yaml `sluice:`, see sluice.v2_declaration).
+    tensors: ModelTensors = ModelTensors()
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -86,6 +90,37 @@ class WorkerRecord(BaseModel):
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> "WorkerRecord":
+        return cls.model_validate_json(raw)
+
+
+class StartupModel(BaseModel):
+    """A model version the manager registered at startup and the workers it must have READY."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_name: str
+    version: str
+    min_workers: int
+
+
+class StartupReport(BaseModel):
+    """The manager's startup report (:data:`sluice.keys.STARTUP_REPORT`); ``sluice start`` waits on it.
+
+    ``errors`` hold client-safe messages for startup models that could not be registered."""
+
+    model_config = ConfigDict(frozen=True)
+
+    manager_pid: int
+    started_unix_ms: int
+    done: bool = False
+    models: list[StartupModel] = []
+    errors: list[str] = []
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> "StartupReport":
         return cls.model_validate_json(raw)
 
 

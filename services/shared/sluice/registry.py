@@ -91,3 +91,10 @@ async def live_workers(redis: "aioredis.Redis", model: str, version: str) -> lis
             pipe.exists(keys.heartbeat(model, version, record.worker_id))
         alive = await pipe.execute()
     return [record for record, is_alive in zip(records, alive, strict=True) if is_alive]
+
+
+async def next_worker_id(redis: "aioredis.Redis") -> str:
+    """A fresh worker id from the shared counter: "9000", "9001", ... (TorchServe numbers workers so).
+    The manager and self-numbering workers both take ids here, so ids never collide."""
+    count = int(await redis.incr(keys.WORKER_SEQ))
+    return str(keys.FIRST_WORKER_ID + count - 1)

@@ -1,4 +1,5 @@
-"""Errors to gRPC statuses, in one table (used by the interceptors of the gateway and the manager).
+"""Errors to gRPC statuses and REST statuses, in one table (used by the interceptors and middlewares
+of the gateway and the manager).
 
 Handler errors follow TorchServe's HTTP -> gRPC mapping (``GRPCUtils.getGRPCStatusCode``). Our own
 codes map to the standard gRPC meaning; where TorchServe differs (it answers an unknown model with
@@ -22,6 +23,7 @@ _BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.MESSAGE_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.CONFLICT: grpc.StatusCode.ALREADY_EXISTS,
+    ErrorCode.NOT_IMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -64,3 +66,16 @@ def grpc_status(error: SluiceError) -> grpc.StatusCode:
 def grpc_details(error: SluiceError) -> str:
     """TorchServe's details format: the message, a newline, the Java exception class."""
     return f"{error.message}\n{error.exception_class}"
+
+
+def rest_status(error: SluiceError) -> int:
+    """The HTTP status of a REST error. A job failure carrying 413 becomes 507, as TorchServe's
+    ``RestJob.sendError`` remaps it."""
+    if error.code in (ErrorCode.HANDLER_FAILED, ErrorCode.WORKER_DIED) and error.http_status == 413:
+        return 507
+    return error.http_status
+
+
+def rest_error_type(error: SluiceError) -> str:
+    """The ``type`` of a TorchServe REST error body: the Java exception's simple name."""
+    return error.exception_class.rsplit(".", 1)[-1]

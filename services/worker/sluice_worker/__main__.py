@@ -1,0 +1,47 @@
+"""``python -m sluice_worker --model-name M --model-version V [--worker-id ID] [--gpu-id N]
+[--torch-threads N]``, with ``SLUICE_REDIS_URL`` and the other ``SLUICE_*`` settings in the environment."""
+
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from sluice.log import configure_logging
+
+from sluice_worker import app
+from sluice_worker.exit_codes import ExitCode
+from sluice_worker.settings import parse_args
+from sluice_worker.torch_thread import TorchThread
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        settings = parse_args(argv)
+    except ValidationError as exc:
+        print(f"sluice_worker: invalid settings\n{exc}", file=sys.stderr)
+        sys.exit(2)
+    configure_logging("worker", settings.log_format, settings.log_level)
+    torch_thread = TorchThread()
+    exit_code = _run(app.run(settings, torch_thread))
+    if torch_thread.busy or exit_code is ExitCode.HANDLER_DIED:
+        # A handler that is still running (timed out, or stuck after sys.exit()) cannot be stopped;
+        # leave without waiting for it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(exit_code))
+    sys.exit(int(exit_code))
+
+
+def _run(main_coroutine: Coroutine[Any, Any, ExitCode]) -> ExitCode:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main_coroutine)
+    result: ExitCode = uvloop.run(main_coroutine)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Wiring of one worker process: record -> model folder -> worker id -> handler -> group -> READY ->
+serve -> withdraw. Returns the process exit code (see :class:`sluice_worker.exit_codes.ExitCode`)."""
+
+import asyncio
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from sluice import redis_client, registry
+from sluice.log import get_logger
+from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
+
+from sluice_worker import device, runtime
+from sluice_worker.batch_policy import Batching
+from sluice_worker.exit_codes import ExitCode
+from sluice_worker.job_queue import JobQueue
+from sluice_worker.presence import Presence
+from sluice_worker.reclaim import Reclaimer
+from sluice_worker.redis_retry import until_done
+from sluice_worker.settings import WorkerSettings
+from sluice_worker.startup import enter_model_dir, wait_for_record
+from sluice_worker.torch_thread import HandlerExit, TorchThread
+from sluice_worker.worker import Worker
+
+log = get_logger(__name__)
+
+
+async def run(settings: WorkerSettings, torch_thread: TorchThread) -> ExitCode:
+    structlog.contextvars.bind_contextvars(model=settings.model_name, version=settings.model_version)
+    redis = redis_client.connect(settings.redis_url)
+    blocking = redis_client.connect(settings.redis_url, blocking_read_s=settings.read_block_ms / 1000)
+    try:
+        return await _run(settings, torch_thread, redis, blocking)
+    finally:
+        await blocking.aclose()
+        await redis.aclose()
+
+
+@dataclass(frozen=True)
+class _Started:
+    worker_id: str
+    worker: Worker
+    presence: Presence
+    reclaimer: Reclaimer
+
+
+async def _run(
+    settings: WorkerSettings, torch_thread: TorchThread, redis: "aioredis.Redis", blocking: "aioredis.Redis"
+) -> ExitCode:
+    stop = asyncio.Event()
+    _on_signals(stop)
+    starting = asyncio.create_task(_start(settings, torch_thread, redis, blocking, stop), name="startup")
+    stop_requested = asyncio.create_task(stop.wait(), name="stop")
+    await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
+    stop_requested.cancel()
+    if not starting.done():
+        # SIGTERM while waiting for the record or loading the handler: nothing was announced yet.
+        starting.cancel()
+        log.info("stopped during startup")
+        return ExitCode.OK
+    started = starting.result()
+    if isinstance(started, ExitCode):
+        return started
+    # The startup task bound it in its own context copy.
+    structlog.contextvars.bind_contextvars(worker=started.worker_id)
+    heartbeat = asyncio.create_task(started.presence.run(), name="heartbeat")
+    try:
+        exit_code = await started.worker.serve()
+    finally:
+        started.presence.stop()
+        await heartbeat
+    await until_done(started.presence.withdraw, "withdraw")
+    await until_done(lambda: started.reclaimer.reap(started.reclaimer.me), "leave the consumer group")
+    log.info("worker stopped", exit_code=int(exit_code))
+    return exit_code
+
+
+async def _start(
+    settings: WorkerSettings,
+    torch_thread: TorchThread,
+    redis: "aioredis.Redis",
+    blocking: "aioredis.Redis",
+    stop: asyncio.Event,
+) -> _Started | ExitCode:
+    model, version = settings.model_name, settings.model_version
+    record = await wait_for_record(redis, model, version, settings.record_wait_s)
+    if record is None:
+        log.error("version record not found; is the model registered?", waited_s=settings.record_wait_s)
+        return ExitCode.LOAD_FAILED
+    worker_id = settings.worker_id
+    if worker_id is None:
+        worker_id = await until_done(lambda: registry.next_worker_id(redis), "worker id")
+    structlog.contextvars.bind_contextvars(worker=worker_id)
+
+    enter_model_dir(record.model_dir, record.handler)
+    loaded = await _load(settings, record, torch_thread)
+    if loaded is None:
+        return ExitCode.LOAD_FAILED
+    service, choice = loaded
+
+    queue = JobQueue(redis, blocking, model, version, consumer=worker_id)
+    await until_done(queue.ensure_group, "create consumer group")
+    reclaimer = Reclaimer(
+        redis,
+        queue,
+        model,
+        version,
+        max_deliveries=record.max_deliveries,
+        min_idle_ms=settings.heartbeat_ttl_ms,
+    )
+    presence = Presence(
+        redis,
+        model,
+        version,
+        _worker_record(worker_id, choice),
+        interval_s=settings.heartbeat_interval_s,
+        ttl_ms=settings.heartbeat_ttl_ms,
+    )
+    worker = Worker(
+        batching=Batching(
+            policy=record.batch_policy,
+            batch_size=max(1, record.batch_size),
+            max_batch_delay_ms=record.max_batch_delay_ms,
+            max_block_ms=settings.read_block_ms,
+        ),
+        response_timeout_s=record.response_timeout_s,
+        claim_scan_interval_s=settings.claim_scan_interval_s,
+        queue=queue,
+        reclaimer=reclaimer,
+        torch_thread=torch_thread,
+        service=service,
+        stopping=stop,
+    )
+    await until_done(presence.announce, "announce READY")
+    log.info(
+        "worker ready", device=choice.device, batch_size=record.batch_size, policy=record.batch_policy.value
+    )
+    return _Started(worker_id, worker, presence, reclaimer)
+
+
+async def _load(
+    settings: WorkerSettings, record: VersionRecord, torch_thread: TorchThread
+) -> tuple[Any, device.DeviceChoice] | None:
+    """The loaded ``ts.service.Service`` and its device, or None (logged) when loading failed."""
+    try:
+        choice = device.choose_device(settings.gpu_id, *device.probe())
+    except device.DeviceError as exc:
+        log.error("device not available", error=str(exc))
+        return None
+    if choice.fallback_reason:
+        log.warning("running on the CPU", reason=choice.fallback_reason)
+    spec = runtime.LoadSpec(
+        model_name=record.model_name,
+        model_dir=record.model_dir,
+        handler=record.handler,
+        batch_size=max(1, record.batch_size),
+        envelope=record.envelope,
+        choice=choice,
+        torch_threads=settings.torch_threads,
+    )
+    started = time.monotonic()
+    try:
+        service = await asyncio.wait_for(
+            torch_thread.run(runtime.load_service, spec), record.startup_timeout_s
+        )
+    except TimeoutError:
+        log.error("handler did not load within startup_timeout", startup_timeout_s=record.startup_timeout_s)
+        return None
+    except (Exception, HandlerExit):
+        log.exception("handler failed to load", handler=record.handler, model_dir=record.model_dir)
+        return None
+    log.info("handler loaded", handler=record.handler, load_s=round(time.monotonic() - started, 3))
+    return service, choice
+
+
+def _worker_record(worker_id: str, choice: device.DeviceChoice) -> WorkerRecord:
+    return WorkerRecord(
+        worker_id=worker_id,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        status=WorkerStatus.READY,
+        started_unix_ms=int(time.time() * 1000),
+        device=choice.device,
+        gpu=choice.is_gpu,
+    )
+
+
+def _on_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _request_stop, stop, sig)
+
+
+def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:
+    if not stop.is_set():
+        log.info("stop requested: finishing the jobs in hand", signal=sig.name)
+    stop.set()

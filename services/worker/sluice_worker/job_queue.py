@@ -1,0 +1,189 @@
+"""The job stream of one model version, seen by one consumer: reading, replying, acking, claiming.
+
+Replies go out before the ack, in the same pipeline (at-least-once: a crash between them means a
+redelivery and a duplicate the gateway drops, never a lost answer). An acked job is also deleted,
+so ``XLEN`` stays "queued + in flight" for the gateway's admission check.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+from redis.typing import EncodableT, FieldT
+from sluice import envelope, keys
+from sluice.log import get_logger
+
+from sluice_worker.delivery import Delivery
+from sluice_worker.replies import Outgoing
+
+log = get_logger(__name__)
+
+# Dead letters kept per version (approximate trim): enough to inspect, bounded memory.
+DEAD_LETTERS_MAXLEN = 1000
+
+Fields = dict[bytes, bytes]
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    entry_id: bytes
+    consumer: str
+    idle_ms: int
+    deliveries: int
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    entry_id: bytes
+    fields: Fields
+    reason: str
+    deliveries: int
+
+
+class JobQueue:
+    def __init__(
+        self, redis: "aioredis.Redis", blocking: "aioredis.Redis", model: str, version: str, consumer: str
+    ) -> None:
+        self._redis = redis
+        # Blocking reads get their own connection (and a socket timeout longer than BLOCK).
+        self._blocking = blocking
+        self.stream = keys.job_stream(model, version)
+        self._dead_letters = keys.dead_letters(model, version)
+        self._model, self._version = model, version
+        self.consumer = consumer
+
+    async def ensure_group(self, start_id: str = "$") -> None:
+        """Create the consumer group (and the stream) unless it exists."""
+        try:
+            await self._redis.xgroup_create(self.stream, keys.JOB_GROUP, id=start_id, mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def read(self, count: int, block_ms: int) -> list[Delivery]:
+        """New jobs for this consumer (first deliveries). Undecodable entries are dead-lettered."""
+        try:
+            response: Any = await self._blocking.xreadgroup(
+                keys.JOB_GROUP, self.consumer, {self.stream: ">"}, count=count, block=block_ms
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # Redis lost the stream (restart without persistence, or someone deleted it). Every entry
+            # of a group-less stream is undelivered, so the new group starts from the beginning.
+            log.warning("consumer group missing, recreating it", stream=self.stream)
+            await self.ensure_group("0")
+            return []
+        entries = [
+            (entry_id, fields) for _stream, stream_entries in response for entry_id, fields in stream_entries
+        ]
+        return await self.accept(entries, deliveries={})
+
+    async def accept(
+        self, entries: Iterable[tuple[bytes, Fields | None]], deliveries: Mapping[bytes, int]
+    ) -> list[Delivery]:
+        """Decode stream entries into deliveries; undecodable ones are dead-lettered and acked."""
+        accepted, poison = decode_entries(entries, deliveries)
+        if poison:
+            await self.finish([], [p.entry_id for p in poison], dead_letters=poison)
+        return accepted
+
+    async def cancelled(self, deliveries: Sequence[Delivery]) -> list[bool]:
+        """Whether each job's client gave up (its cancel flag exists): one pipelined round trip."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for delivery in deliveries:
+                pipe.exists(keys.cancel(self._model, self._version, delivery.job_id))
+            flags = await pipe.execute()
+        return [bool(flag) for flag in flags]
+
+    async def publish(self, outgoing: Sequence[Outgoing]) -> None:
+        """Send replies without acking anything (intermediate results)."""
+        if not outgoing:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            self._queue_replies(pipe, outgoing)
+            await pipe.execute()
+
+    async def finish(
+        self,
+        outgoing: Sequence[Outgoing],
+        entry_ids: Sequence[bytes],
+        dead_letters: Sequence[DeadLetter] = (),
+    ) -> None:
+        """Send the replies, dead-letter, then ack and delete the entries: one pipeline."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            self._queue_replies(pipe, outgoing)
+            for letter in dead_letters:
+                fields: dict[FieldT, EncodableT] = {key: value for key, value in letter.fields.items()}
+                fields.update({"reason": letter.reason, "deliveries": letter.deliveries, "by": self.consumer})
+                pipe.xadd(self._dead_letters, fields, maxlen=DEAD_LETTERS_MAXLEN, approximate=True)
+            if entry_ids:
+                pipe.xack(self.stream, keys.JOB_GROUP, *entry_ids)
+                pipe.xdel(self.stream, *entry_ids)
+            results = await pipe.execute(raise_on_error=False)
+        for result in results:
+            if isinstance(result, Exception):
+                log.error("reply or ack failed", error=str(result))
+
+    def _queue_replies(self, pipe: "aioredis.client.Pipeline", outgoing: Sequence[Outgoing]) -> None:
+        for item in outgoing:
+            # NOMKSTREAM: a gateway that went away does not get its reply stream recreated.
+            pipe.xadd(item.reply_to, {envelope.FIELD: envelope.encode_reply(item.reply)}, nomkstream=True)
+
+    async def consumers(self) -> dict[str, int]:
+        """Consumer name -> pending entries, for every consumer of the group."""
+        try:
+            infos: Any = await self._redis.xinfo_consumers(self.stream, keys.JOB_GROUP)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc) or "no such key" in str(exc).lower():
+                return {}
+            raise
+        return {_text(info["name"]): int(info["pending"]) for info in infos}
+
+    async def pending(self, consumer: str, count: int, start: str = "-") -> list[PendingEntry]:
+        """Up to ``count`` of ``consumer``'s pending entries from ``start`` ("(<id>" excludes <id>)."""
+        rows: Any = await self._redis.xpending_range(self.stream, keys.JOB_GROUP, start, "+", count, consumer)
+        return [
+            PendingEntry(
+                entry_id=row["message_id"],
+                consumer=_text(row["consumer"]),
+                idle_ms=int(row["time_since_delivered"]),
+                deliveries=int(row["times_delivered"]),
+            )
+            for row in rows
+        ]
+
+    async def claim(self, entry_ids: Sequence[bytes], min_idle_ms: int) -> list[tuple[bytes, Fields | None]]:
+        """Take entries over (each claim counts as a delivery). Entries deleted from the stream meanwhile
+        are dropped from the pending list by Redis and not returned."""
+        if not entry_ids:
+            return []
+        claimed: Any = await self._redis.xclaim(
+            self.stream, keys.JOB_GROUP, self.consumer, min_idle_ms, list(entry_ids)
+        )
+        return [(entry_id, fields) for entry_id, fields in claimed]
+
+
+def decode_entries(
+    entries: Iterable[tuple[bytes, Fields | None]], deliveries: Mapping[bytes, int]
+) -> tuple[list[Delivery], list[DeadLetter]]:
+    """Stream entries as deliveries (``deliveries``: count per entry id, default 1), and the entries
+    that hold no valid job."""
+    accepted: list[Delivery] = []
+    poison: list[DeadLetter] = []
+    for entry_id, fields in entries:
+        count = deliveries.get(entry_id, 1)
+        try:
+            job = envelope.decode_job((fields or {}).get(envelope.FIELD, b""))
+        except envelope.EnvelopeError as exc:
+            log.error("dropping undecodable job entry", entry_id=entry_id.decode(), error=str(exc))
+            poison.append(DeadLetter(entry_id, fields or {}, "undecodable", count))
+            continue
+        accepted.append(Delivery(entry_id=entry_id, job=job, attempt=count))
+    return accepted, poison
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,67 @@
+"""A worker's presence in Redis: its record in the version's ``workers`` hash and its heartbeat key.
+
+The heartbeat is written first, so a record without a heartbeat always means a dead worker. Each beat
+rewrites both: a worker whose record was removed while Redis was restarting (or by a peer that saw its
+heartbeat lapse) announces itself again.
+"""
+
+import asyncio
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sluice import keys
+from sluice.log import get_logger
+from sluice.records import WorkerRecord
+
+log = get_logger(__name__)
+
+
+class Presence:
+    def __init__(
+        self,
+        redis: "aioredis.Redis",
+        model: str,
+        version: str,
+        record: WorkerRecord,
+        *,
+        interval_s: float,
+        ttl_ms: int,
+    ) -> None:
+        self._redis = redis
+        self._record = record
+        self._workers = keys.workers(model, version)
+        self._heartbeat = keys.heartbeat(model, version, record.worker_id)
+        self._interval_s = interval_s
+        self._ttl_ms = ttl_ms
+        self._stopping = asyncio.Event()
+
+    async def announce(self) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.set(self._heartbeat, self._record.pid, px=self._ttl_ms)
+            pipe.hset(self._workers, self._record.worker_id, self._record.to_json())
+            await pipe.execute()
+
+    async def run(self) -> None:
+        """Beat every ``interval_s`` until :meth:`stop`; a Redis outage is logged and waited out."""
+        while True:
+            try:
+                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+                return
+            except TimeoutError:
+                pass
+            try:
+                await self.announce()
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                log.warning("heartbeat failed, Redis unavailable", error=str(exc))
+
+    def stop(self) -> None:
+        """End :meth:`run` after the beat in progress (await its task before :meth:`withdraw`, so no
+        late beat can announce the worker again)."""
+        self._stopping.set()
+
+    async def withdraw(self) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hdel(self._workers, self._record.worker_id)
+            pipe.delete(self._heartbeat)
+            await pipe.execute()

@@ -1,0 +1,103 @@
+"""Everything that depends on the API a job came in through (``Job.protocol``): how its handler row
+is built and how a result body becomes a reply payload. New protocols (TorchServe REST, KServe)
+add one entry to each table below.
+
+Rows are built in TorchServe's decoded-request form, which ``ts.service.Service.predict`` turns into
+the handler's ``data`` list and the per-row request headers (see docs/design.md, "Contracts").
+"""
+
+from collections.abc import Callable
+from typing import TypedDict
+
+from google.protobuf.message import DecodeError
+from sluice.envelope import Job, Protocol
+from sluice.errors import ErrorCode, SluiceError
+from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
+
+
+class TsParameter(TypedDict):
+    name: str
+    contentType: str
+    value: bytearray
+
+
+class TsHeader(TypedDict):
+    name: bytes
+    value: bytes
+
+
+class TsRequest(TypedDict):
+    """One request of a batch, as TorchServe's worker decodes it off its socket."""
+
+    requestId: bytes
+    parameters: list[TsParameter]
+    headers: list[TsHeader]
+
+
+def _torchserve_grpc_parameters(job: Job) -> list[TsParameter]:
+    request = PredictionsRequest()
+    try:
+        request.ParseFromString(job.request)
+    except DecodeError as exc:
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, "Invalid PredictionsRequest.") from exc
+    # gRPC inputs reach the handler as bytearray with an empty content type (no JSON/text decoding).
+    return [
+        {"name": key, "contentType": "", "value": bytearray(value)} for key, value in request.input.items()
+    ]
+
+
+def _no_parameters(job: Job) -> list[TsParameter]:
+    return []
+
+
+def _prediction_response(body: bytes) -> bytes:
+    return PredictionResponse(prediction=body).SerializeToString()
+
+
+def _raw(body: bytes) -> bytes:
+    return body
+
+
+_PARAMETERS: dict[Protocol.ValueType, Callable[[Job], list[TsParameter]]] = {
+    Protocol.TORCHSERVE_GRPC: _torchserve_grpc_parameters,
+    # TorchServe's describe request: no inputs, header describe=True (BaseHandler.describe_handle).
+    Protocol.DESCRIBE: _no_parameters,
+}
+
+_EXTRA_HEADERS: dict[Protocol.ValueType, dict[str, str]] = {
+    Protocol.DESCRIBE: {"describe": "True"},
+}
+
+_PAYLOAD: dict[Protocol.ValueType, Callable[[bytes], bytes]] = {
+    Protocol.TORCHSERVE_GRPC: _prediction_response,
+    Protocol.DESCRIBE: _raw,
+}
+
+
+def handler_request(job: Job) -> TsRequest:
+    """The TorchServe request for ``job`` (request id = job id), or the client error it deserves."""
+    build = _PARAMETERS.get(job.protocol)
+    if build is None:
+        raise SluiceError(
+            ErrorCode.INTERNAL, f"This worker does not serve {_protocol_name(job.protocol)} jobs."
+        )
+    headers = {**_EXTRA_HEADERS.get(job.protocol, {}), **job.headers}
+    return {
+        "requestId": job.job_id.encode("utf-8"),
+        "parameters": build(job),
+        "headers": [
+            {"name": key.encode("utf-8"), "value": value.encode("utf-8")} for key, value in headers.items()
+        ],
+    }
+
+
+def _protocol_name(value: Protocol.ValueType) -> str:
+    try:
+        return Protocol.Name(value)
+    except ValueError:
+        return f"protocol {int(value)}"
+
+
+def reply_payload(job: Job, body: bytes) -> bytes:
+    """What the gateway sends the client for one result body of ``job``."""
+    return _PAYLOAD[job.protocol](body)

@@ -1,0 +1,60 @@
+"""Loading and calling the handler through TorchServe's own ``ts`` package, the way its Python
+worker (``ts/model_service_worker.py``) does, minus the socket. Both functions run on the torch
+thread (:class:`sluice_worker.torch_thread.TorchThread`)."""
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import ts
+from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
+from ts.model_loader import TsModelLoader
+
+from sluice_worker import device
+from sluice_worker.protocols import TsRequest
+from sluice_worker.sink import ReplySink
+
+# The metrics definitions TorchServe's frontend hands its workers by default.
+METRICS_CONFIG = Path(ts.__file__).parent / "configs" / "metrics.yaml"
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    model_name: str
+    model_dir: str
+    handler: str
+    batch_size: int
+    envelope: str
+    choice: device.DeviceChoice
+    torch_threads: int | None = None
+
+
+def load_service(spec: LoadSpec) -> Any:
+    """A ``ts.service.Service`` with the handler loaded and initialized (``initialize(context)``)."""
+    if spec.torch_threads is not None:
+        torch.set_num_threads(spec.torch_threads)
+    device.activate(spec.choice)
+    metrics = MetricsCacheYamlImpl(config_file_path=str(METRICS_CONFIG))
+    metrics.initialize_cache()
+    metrics.model_name = spec.model_name
+    # TorchServe writes a metric line per request to its metrics log; here they would flood the worker log.
+    logging.getLogger("ts.metrics").setLevel(logging.WARNING)
+    return TsModelLoader().load(
+        spec.model_name,
+        spec.model_dir,
+        spec.handler,
+        spec.choice.gpu_id,
+        spec.batch_size,
+        spec.envelope or None,
+        limit_max_image_pixels=True,
+        metrics_cache=metrics,
+    )
+
+
+def predict(service: Any, requests: list[TsRequest], sink: ReplySink) -> bytes:
+    """One handler call for a batch; returns TorchServe's predict-response frame."""
+    service.set_cl_socket(sink)
+    frame = service.predict(requests)
+    return bytes(frame)

@@ -1,0 +1,69 @@
+"""The worker's settings: ``SLUICE_*`` environment, overridden by command-line flags.
+
+Built once in ``__main__`` and passed down. Per-version behaviour (batch size, delays, timeouts,
+max deliveries) is not here: it comes from the version's record in Redis, written by the manager.
+"""
+
+import argparse
+from collections.abc import Sequence
+from typing import Self
+
+from pydantic import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+from sluice import names
+from sluice.settings import CommonSettings
+
+
+class WorkerSettings(CommonSettings):
+    model_name: str
+    model_version: str
+    # None: take the next id from the shared counter (9000, 9001, ...).
+    worker_id: str | None = None
+    # None runs on the CPU; otherwise the CUDA device index handed to the handler.
+    gpu_id: NonNegativeInt | None = None
+    # torch.set_num_threads for this process; None keeps torch's default.
+    torch_threads: PositiveInt | None = None
+    heartbeat_interval_s: PositiveFloat = 1.0
+    heartbeat_ttl_s: PositiveFloat = 3.0
+    # How often the worker looks for jobs held by dead workers (it also looks once at startup).
+    claim_scan_interval_s: PositiveFloat = 2.0
+    # BLOCK of an idle XREADGROUP: bounds how late the loop notices SIGTERM or a due claim scan.
+    read_block_ms: PositiveInt = 1000
+    # How long to wait for the version record to appear (compose-scaled workers may start first); 0 = forever.
+    record_wait_s: NonNegativeFloat = 120.0
+
+    @field_validator("model_name", "model_version", "worker_id")
+    @classmethod
+    def _key_safe(cls, value: str | None) -> str | None:
+        # These end up inside Redis keys and log lines.
+        if value is not None and not names.is_valid(value):
+            raise ValueError(f"not a valid name: {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _ttl_exceeds_interval(self) -> Self:
+        if self.heartbeat_ttl_s <= self.heartbeat_interval_s:
+            raise ValueError("heartbeat_ttl_s must exceed heartbeat_interval_s")
+        return self
+
+    @property
+    def heartbeat_ttl_ms(self) -> int:
+        return int(self.heartbeat_ttl_s * 1000)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> WorkerSettings:
+    parser = argparse.ArgumentParser(prog="python -m sluice_worker", description="Serve one model version.")
+    parser.add_argument("--model-name", dest="model_name")
+    parser.add_argument("--model-version", dest="model_version")
+    parser.add_argument("--worker-id", dest="worker_id")
+    parser.add_argument("--gpu-id", dest="gpu_id", type=int)
+    parser.add_argument("--torch-threads", dest="torch_threads", type=int)
+    args = parser.parse_args(argv)
+    overrides = {key: value for key, value in vars(args).items() if value is not None}
+    return WorkerSettings(**overrides)

@@ -1,0 +1,69 @@
+"""The one place torch runs: a single daemon thread that loads the handler and runs every batch.
+
+One thread because TorchServe handlers assume one caller (a TorchServe worker process is
+single-threaded) and CUDA's current device is per thread. A daemon thread, unlike a
+``ThreadPoolExecutor`` worker, does not keep the process alive when a handler hangs: the worker can
+answer the batch, exit and be replaced.
+"""
+
+import asyncio
+import concurrent.futures
+import contextvars
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_Item = tuple["concurrent.futures.Future[Any]", Callable[[], Any]]
+
+
+class HandlerExit(Exception):
+    """The code running on the torch thread raised ``SystemExit`` (``sys.exit()`` in a handler) or
+    another ``BaseException`` that is not an ``Exception``."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(repr(cause))
+        self.cause = cause
+
+
+class TorchThread:
+    def __init__(self, name: str = "torch") -> None:
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._busy = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        """True while a call runs (after a timeout: the call we gave up on is still running)."""
+        return self._busy.is_set()
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the torch thread, with the caller's contextvars (log context)."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        context = contextvars.copy_context()
+        self._queue.put((future, lambda: context.run(fn, *args)))
+        return await asyncio.wrap_future(future)
+
+    def close(self) -> None:
+        """Let the thread end after the calls already queued."""
+        self._queue.put(None)
+
+    def _serve(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, call = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            self._busy.set()
+            try:
+                result = call()
+            except Exception as exc:
+                future.set_exception(exc)
+            except BaseException as exc:  # sys.exit() in a handler must not end this thread silently
+                future.set_exception(HandlerExit(exc))
+            else:
+                future.set_result(result)
+            finally:
+                self._busy.clear()

@@ -1,0 +1,182 @@
+"""KServe v2 jobs (``Protocol.KSERVE_GRPC``): handler rows from a ModelInferRequest, and the
+ModelInferResponse built from a row's result.
+
+Two handler modes (model-config.yaml ``sluice.tensor_handler``):
+
+- default, as TorchServe's OIP: the row is ``{"body": {"id", "model_name", "model_version", "inputs":
+  [{"name", "shape", "datatype", "data"}], "parameters"?, "outputs"?}}`` (flat ``data`` lists, BYTES as
+  base64 strings, content type application/json); the handler returns v2 JSON ``{"outputs": [{"name",
+  "datatype", "shape", "data"}]}`` per row.
+- tensor mode: the row is ``{input name: numpy array | torch tensor}``; the handler returns ``{output
+  name: array | tensor}`` per row, packed by :func:`tensor_entry_point` before TorchServe serializes it
+  (no JSON round trip).
+
+Either way the reply is a ModelInferResponse with ``raw_output_contents`` (typed contents when the
+request set ``binary_data_output`` false), only the requested outputs, and id / model_name /
+model_version filled in. Every job is one row: the batch dimension of a request stays in its arrays.
+"""
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from sluice.envelope import Job
+from sluice.errors import ErrorCode, SluiceError
+from sluice.v1 import kserve_pb2 as pb
+from sluice.v2_declaration import ModelTensors
+
+from sluice_worker import v2_codec
+from sluice_worker.v2_codec import CodecError, WireTensor
+
+BODY = "body"
+JSON_CONTENT_TYPE = "application/json"
+TENSOR_CONTENT_TYPE = "application/x-sluice-tensor"
+# Per-row header marking a tensor-mode row (its result is packed by tensor_entry_point).
+TENSOR_ROW_HEADER = "sluice_v2_tensor_row"
+# Per-row header with the request-level parameters as JSON (tensor mode; body rows carry them inline).
+PARAMETERS_HEADER = "sluice_v2_parameters"
+BINARY_DATA_OUTPUT = "binary_data_output"
+
+
+def parse_request(job: Job) -> pb.ModelInferRequest:
+    try:
+        return pb.ModelInferRequest.FromString(job.request)
+    except DecodeError as exc:
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, "Invalid ModelInferRequest.") from exc
+
+
+def _parameters(values: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
+    return {key: v2_codec.parameter_value(value) for key, value in values.items()}
+
+
+class V2Protocol:
+    """Rows and replies for one model version's declaration."""
+
+    def __init__(self, tensors: ModelTensors) -> None:
+        self._tensors = tensors
+
+    # Rows -----------------------------------------------------------------------------------------
+    def parameters(self, job: Job) -> list[dict[str, Any]]:
+        """TorchServe request parameters (name, contentType, value) of the job's row."""
+        request = parse_request(job)
+        try:
+            arrays = v2_codec.input_arrays(request)
+        except (CodecError, ValueError) as exc:  # the gateway validated; a bad job is still no crash
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid tensor data: {exc}") from exc
+        if self._tensors.tensor_handler:
+            torch_tensors = self._tensors.tensor_library == "torch"
+            return [
+                {
+                    "name": tensor.name,
+                    "contentType": TENSOR_CONTENT_TYPE,
+                    "value": v2_codec.to_torch(array, tensor.datatype) if torch_tensors else array,
+                }
+                for tensor, array in arrays
+            ]
+        body: dict[str, Any] = {
+            "id": request.id,
+            "model_name": job.model_name,
+            "model_version": job.model_version,
+            "inputs": [v2_codec.json_input(tensor, array) for tensor, array in arrays],
+        }
+        if request.parameters:
+            body["parameters"] = _parameters(request.parameters)
+        if request.outputs:
+            body["outputs"] = [{"name": output.name} for output in request.outputs]
+        return [{"name": BODY, "contentType": JSON_CONTENT_TYPE, "value": body}]
+
+    def headers(self, job: Job) -> dict[str, str]:
+        if not self._tensors.tensor_handler:
+            return {}
+        headers = {TENSOR_ROW_HEADER: "true"}
+        request = parse_request(job)
+        if request.parameters:
+            headers[PARAMETERS_HEADER] = json.dumps(_parameters(request.parameters))
+        return headers
+
+    # Replies --------------------------------------------------------------------------------------
+    def payload(self, job: Job, body: bytes) -> bytes:
+        """The serialized ModelInferResponse for one result body of ``job``."""
+        request = parse_request(job)
+        try:
+            tensors = self._declared_types(self._result_tensors(body))
+            selected = self._requested(tensors, request, job.model_name)
+            typed = (
+                BINARY_DATA_OUTPUT in request.parameters
+                and not request.parameters[BINARY_DATA_OUTPUT].bool_param
+            )
+            response = v2_codec.response(selected, typed=typed)
+        except CodecError as exc:
+            raise SluiceError(
+                ErrorCode.HANDLER_FAILED, f"Invalid v2 inference result: {exc}", http_status=500
+            ) from exc
+        response.id = request.id
+        response.model_name = job.model_name
+        response.model_version = job.model_version
+        return response.SerializeToString()
+
+    def _result_tensors(self, body: bytes) -> list[WireTensor]:
+        if body.startswith(v2_codec.TENSOR_SET_MAGIC):
+            return v2_codec.unpack(body[len(v2_codec.TENSOR_SET_MAGIC) :])
+        if not body.strip():
+            return []
+        try:
+            document = json.loads(body)
+        except ValueError as exc:
+            raise CodecError('expected v2 JSON {"outputs": [...]} or tensors') from exc
+        if document is None:
+            return []
+        outputs = document.get("outputs") if isinstance(document, dict) else None
+        if not isinstance(outputs, list) or not all(isinstance(item, dict) for item in outputs):
+            raise CodecError('expected v2 JSON {"outputs": [{"name", "datatype", "shape", "data"}]}')
+        return [v2_codec.from_json_output(item, self._declared_type(item.get("name"))) for item in outputs]
+
+    def _declared_type(self, name: Any) -> str | None:
+        spec = self._tensors.output(name) if isinstance(name, str) else None
+        return None if spec is None else spec.datatype
+
+    def _declared_types(self, tensors: list[WireTensor]) -> list[WireTensor]:
+        out = []
+        for tensor in tensors:
+            declared = self._declared_type(tensor.name)
+            out.append(tensor if declared is None else v2_codec.cast(tensor, declared))
+        return out
+
+    def _requested(
+        self, tensors: list[WireTensor], request: pb.ModelInferRequest, model: str
+    ) -> list[WireTensor]:
+        if not request.outputs:
+            return tensors
+        by_name = {tensor.name: tensor for tensor in tensors}
+        selected = []
+        for output in request.outputs:
+            tensor = by_name.get(output.name)
+            if tensor is None:
+                if self._tensors.output(output.name) is not None:
+                    raise CodecError(f"the handler returned no output '{output.name}'")
+                raise SluiceError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"unexpected inference output '{output.name}' for model '{model}'",
+                )
+            selected.append(tensor)
+        return selected
+
+    # Tensor mode --------------------------------------------------------------------------------
+    def tensor_entry_point(self, entry_point: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """Wrap a loaded handler so that a tensor-mode row's ``{name: array}`` result is packed into
+        bytes before TorchServe serializes it (it would refuse arrays)."""
+        declared = {spec.name: spec.datatype for spec in self._tensors.outputs}
+
+        def handle(data: Any, context: Any) -> Any:
+            result = entry_point(data, context)
+            if data is None or not isinstance(result, list):
+                return result
+            return [
+                v2_codec.tensor_result(row, declared)
+                if isinstance(row, Mapping) and context.get_request_header(index, TENSOR_ROW_HEADER) == "true"
+                else row
+                for index, row in enumerate(result)
+            ]
+
+        return handle

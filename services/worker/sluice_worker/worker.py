@@ -1,0 +1,184 @@
+"""The worker loop: read jobs, form batches, run the handler on the torch thread, reply, ack.
+
+Reliability lives here too: the claim scan for dead workers' jobs, the response-timeout watchdog,
+a handler's ``sys.exit()``, Redis outages and SIGTERM draining (see docs/design.md, "Worker loop").
+"""
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+from redis.exceptions import RedisError
+from sluice.errors import ErrorCode, SluiceError
+from sluice.log import get_logger
+
+from sluice_worker import frames, protocols, runtime
+from sluice_worker.batch_policy import Batching, Run, is_expired, next_step, split_batches
+from sluice_worker.delivery import Delivery
+from sluice_worker.exit_codes import ExitCode
+from sluice_worker.job_queue import JobQueue
+from sluice_worker.reclaim import Reclaimer
+from sluice_worker.redis_retry import Backoff, until_done
+from sluice_worker.replies import WORKER_DIED, Outgoing, ReplyBook, failure
+from sluice_worker.sink import ReplySink
+from sluice_worker.torch_thread import HandlerExit, TorchThread
+
+log = get_logger(__name__)
+
+DEADLINE_PASSED = SluiceError(
+    ErrorCode.DEADLINE_EXCEEDED, "Request deadline exceeded before the job started."
+)
+CANCELLED = SluiceError(ErrorCode.CANCELLED, "Request cancelled by the client.")
+# An error around the handler call (not inside the handler): answered like a handler exception.
+PREDICTION_FAILED = SluiceError(ErrorCode.HANDLER_FAILED, "Prediction failed", http_status=503)
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        batching: Batching,
+        response_timeout_s: float,
+        claim_scan_interval_s: float,
+        queue: JobQueue,
+        reclaimer: Reclaimer,
+        torch_thread: TorchThread,
+        service: Any,
+        stopping: asyncio.Event,
+    ) -> None:
+        self._batching = batching
+        self._response_timeout_s = response_timeout_s
+        self._claim_scan_interval_s = claim_scan_interval_s
+        self._queue = queue
+        self._reclaimer = reclaimer
+        self._torch = torch_thread
+        self._service = service
+        # Set on SIGTERM: stop reading, finish the jobs in hand.
+        self._stopping = stopping
+        self._read_backoff = Backoff()
+
+    async def serve(self) -> ExitCode:
+        held = await self._scan(held=[])
+        next_scan_at = time.monotonic() + self._claim_scan_interval_s
+        while True:
+            if self._stopping.is_set() and not held:
+                return ExitCode.OK
+            held = await self._collect(held)
+            if time.monotonic() >= next_scan_at:
+                held += await self._scan(held)
+                next_scan_at = time.monotonic() + self._claim_scan_interval_s
+            for batch in split_batches(held, self._batching.batch_size):
+                exit_code = await self._run(batch)
+                if exit_code is not None:
+                    # Jobs of later batches stay pending under this consumer; peers reclaim them.
+                    return exit_code
+            held = []
+
+    async def _collect(self, held: list[Delivery]) -> list[Delivery]:
+        """Read until the batch policy says run (or an idle read came back empty)."""
+        first_at = time.monotonic() if held else None
+        while True:
+            if self._stopping.is_set() and not held:
+                return held
+            streaming = sum(1 for d in held if d.job.streaming)
+            waited_ms = 0.0 if first_at is None else (time.monotonic() - first_at) * 1000
+            step = next_step(
+                self._batching,
+                batchable=len(held) - streaming,
+                streaming=streaming,
+                waited_ms=waited_ms,
+                stopping=self._stopping.is_set(),
+            )
+            if isinstance(step, Run):
+                return held
+            got = await self._read(step.count, step.block_ms)
+            if got and first_at is None:
+                first_at = time.monotonic()
+            held = held + got
+            if not held:
+                return held
+
+    async def _read(self, count: int, block_ms: int) -> list[Delivery]:
+        try:
+            got = await self._queue.read(count, block_ms)
+        except RedisError as exc:
+            delay_s = self._read_backoff.next_delay_s()
+            log.warning("reading jobs failed, retrying", error=str(exc), retry_in_s=delay_s)
+            await asyncio.sleep(delay_s)
+            return []
+        self._read_backoff.reset()
+        return got
+
+    async def _scan(self, held: list[Delivery]) -> list[Delivery]:
+        try:
+            return await self._reclaimer.scan({delivery.entry_id for delivery in held})
+        except RedisError as exc:
+            log.warning("claim scan failed, will retry", error=str(exc))
+            return []
+
+    async def _run(self, batch: list[Delivery]) -> ExitCode | None:
+        """One handler call for ``batch`` (minus skipped jobs), then replies and acks in one pipeline."""
+        live, outgoing = await self._screen(batch)
+        requests: list[protocols.TsRequest] = []
+        runnable: list[Delivery] = []
+        for delivery in live:
+            try:
+                requests.append(protocols.handler_request(delivery.job))
+                runnable.append(delivery)
+            except SluiceError as error:
+                outgoing.append(failure(delivery, error))
+        exit_code = None
+        if runnable:
+            with structlog.contextvars.bound_contextvars(**_request_ids(runnable)):
+                results, exit_code = await self._call_handler(runnable, requests)
+            outgoing += results
+        entry_ids = [delivery.entry_id for delivery in batch]
+        await until_done(lambda: self._queue.finish(outgoing, entry_ids), "reply and ack")
+        return exit_code
+
+    async def _screen(self, batch: list[Delivery]) -> tuple[list[Delivery], list[Outgoing]]:
+        """Jobs worth running, and replies for those whose client already gave up."""
+        now_ms = int(time.time() * 1000)
+        outgoing = [failure(d, DEADLINE_PASSED) for d in batch if is_expired(d.job.deadline_unix_ms, now_ms)]
+        current = [d for d in batch if not is_expired(d.job.deadline_unix_ms, now_ms)]
+        flags = await until_done(lambda: self._queue.cancelled(current), "cancel check") if current else []
+        outgoing += [failure(d, CANCELLED) for d, cancelled in zip(current, flags, strict=True) if cancelled]
+        for reply in outgoing:
+            log.info("skipping job", request_id=reply.reply.job_id, reason=reply.reply.error_code)
+        return [d for d, cancelled in zip(current, flags, strict=True) if not cancelled], outgoing
+
+    async def _call_handler(
+        self, runnable: list[Delivery], requests: list[protocols.TsRequest]
+    ) -> tuple[list[Outgoing], ExitCode | None]:
+        book = ReplyBook(runnable, started_unix_ms=int(time.time() * 1000))
+        sink = ReplySink(book, self._publish, asyncio.get_running_loop())
+        try:
+            raw = await asyncio.wait_for(
+                self._torch.run(runtime.predict, self._service, requests, sink), self._response_timeout_s
+            )
+            return book.final(frames.decode(raw)), None
+        except TimeoutError:
+            log.error(
+                "handler exceeded response_timeout; the worker exits",
+                response_timeout_s=self._response_timeout_s,
+            )
+            return book.fail_all(WORKER_DIED), ExitCode.HANDLER_DIED
+        except HandlerExit as exc:
+            log.error("handler exited the worker", cause=repr(exc.cause))
+            return book.fail_all(WORKER_DIED), ExitCode.HANDLER_DIED
+        except Exception:
+            log.exception("handler call failed outside the handler")
+            return book.fail_all(PREDICTION_FAILED), None
+        finally:
+            sink.close()
+
+    async def _publish(self, outgoing: Sequence[Outgoing]) -> None:
+        await until_done(lambda: self._queue.publish(outgoing), "intermediate reply")
+
+
+def _request_ids(deliveries: list[Delivery]) -> dict[str, object]:
+    if len(deliveries) == 1:
+        return {"request_id": deliveries[0].job_id}
+    return {"request_ids": [d.job_id for d in deliveries]}

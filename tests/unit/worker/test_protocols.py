@@ -1,0 +1,68 @@
+"""Handler rows for each protocol, checked through TorchServe's own request decoding."""
+
+import pytest
+from sluice.envelope import Job, Protocol
+from sluice.errors import ErrorCode, SluiceError
+from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
+from sluice_worker import protocols
+from ts.service import Service
+
+
+def _grpc_job(inputs: dict[str, bytes], headers: dict[str, str] | None = None, job_id: str = "job-1") -> Job:
+    request = PredictionsRequest(model_name="m", input=inputs)
+    return Job(
+        job_id=job_id,
+        protocol=Protocol.TORCHSERVE_GRPC,
+        request=request.SerializeToString(),
+        headers=headers or {},
+    )
+
+
+def test_grpc_rows_are_bytearrays_with_empty_content_types_and_job_headers() -> None:
+    job = _grpc_job({"data": b"\x00hi", "extra": b"x"}, headers={"ts_request_sequence_id": "seq-1"})
+    request = protocols.handler_request(job)
+    processors, rows, ids = Service.retrieve_data_for_inference([request])
+    assert rows == [{"data": bytearray(b"\x00hi"), "extra": bytearray(b"x")}]
+    assert all(type(value) is bytearray for value in rows[0].values())
+    assert ids == {0: "job-1"}
+    assert processors[0].get_request_properties() == {
+        "data": {"content-type": ""},
+        "extra": {"content-type": ""},
+        "ts_request_sequence_id": "seq-1",
+    }
+
+
+def test_a_batch_keeps_one_row_and_request_id_per_job() -> None:
+    batch = [
+        protocols.handler_request(_grpc_job({"data": str(i).encode()}, job_id=f"j{i}")) for i in range(3)
+    ]
+    _, rows, ids = Service.retrieve_data_for_inference(batch)
+    assert rows == [{"data": bytearray(str(i).encode())} for i in range(3)]
+    assert ids == {0: "j0", 1: "j1", 2: "j2"}
+
+
+def test_describe_rows_are_empty_with_the_describe_header() -> None:
+    job = Job(job_id="d", protocol=Protocol.DESCRIBE)
+    processors, rows, _ = Service.retrieve_data_for_inference([protocols.handler_request(job)])
+    assert rows == [{}]
+    assert processors[0].get_request_property("describe") == "True"
+
+
+def test_undecodable_prediction_request_is_a_client_error() -> None:
+    job = Job(job_id="bad", protocol=Protocol.TORCHSERVE_GRPC, request=b"\xff\xff\xff")
+    with pytest.raises(SluiceError) as caught:
+        protocols.handler_request(job)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("protocol", [Protocol.TORCHSERVE_REST, Protocol.KSERVE_GRPC, 99])
+def test_protocols_this_worker_does_not_serve_are_refused(protocol: int) -> None:
+    with pytest.raises(SluiceError) as caught:
+        protocols.handler_request(Job(job_id="x", protocol=protocol))  # type: ignore[arg-type]
+    assert caught.value.code is ErrorCode.INTERNAL
+
+
+def test_reply_payloads() -> None:
+    grpc = protocols.reply_payload(Job(protocol=Protocol.TORCHSERVE_GRPC), b"out")
+    assert PredictionResponse.FromString(grpc) == PredictionResponse(prediction=b"out")
+    assert protocols.reply_payload(Job(protocol=Protocol.DESCRIBE), b'{"a": 1}') == b'{"a": 1}'
