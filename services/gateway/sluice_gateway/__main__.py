@@ -1,0 +1,18 @@
+"""``python -m sluice_gateway``: settings from flags, ``SLUICE_*`` and config.properties; uvloop."""
+
+import uvloop
+from pydantic_settings import CliApp
+from sluice.log import configure_logging
+
+from sluice_gateway.app import serve
+from sluice_gateway.settings import GatewaySettings
+
+
+def main() -> None:
+    settings = CliApp.run(GatewaySettings)
+    configure_logging("gateway", settings.log_format, settings.log_level)
+    uvloop.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Wiring and lifecycle of one gateway process.
+
+Start: Redis clients, reply stream and reader, registry cache, the grpc.aio server, the REST
+inference and metrics listeners. Stop (SIGTERM / SIGINT): health NOT_SERVING, gRPC ``server.stop(grace)``
+and the REST listeners' drain let in-flight calls finish (the reply reader still runs), then the
+background tasks stop, the reply stream is removed and Redis is closed.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+from sluice import __version__ as sluice_version
+from sluice import keys
+from sluice.log import get_logger
+from sluice.redis_client import connect
+
+from sluice_gateway.dataplane import DataPlane
+from sluice_gateway.grpc_api import kserve, torchserve
+from sluice_gateway.grpc_api.server import Readiness, add_reflection, create_server
+from sluice_gateway.health import ModelHealth, redis_answers
+from sluice_gateway.job_queue import RedisJobQueue
+from sluice_gateway.metrics.inference import InferenceMetrics
+from sluice_gateway.registry_cache import RegistryCache, RegistryEvents
+from sluice_gateway.reply_bus import ReplyBus
+from sluice_gateway.reply_stream import ReplyStreamKeeper
+from sluice_gateway.rest_api.listeners import inference_listener, metrics_listener
+from sluice_gateway.rest_api.server import HttpListener, stop_all
+from sluice_gateway.settings import GatewaySettings
+from sluice_gateway.v2_service import V2Service
+
+log = get_logger(__name__)
+
+
+class Gateway:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        *,
+        interceptors: Sequence[Any] = (),
+        rest_middlewares: Sequence[Any] = (),
+    ) -> None:
+        self.settings = settings
+        self._interceptors = interceptors
+        self._rest_middlewares = rest_middlewares
+        self.port = 0
+        self.rest_port = 0
+        self.metrics_port = 0
+        self.metrics = InferenceMetrics()
+        self.redis = connect(settings.redis_url)
+        # The blocking reply read gets its own connection.
+        self._reader_redis = connect(settings.redis_url, blocking_read_s=settings.reply_block_s)
+        self.reply_stream = keys.reply_stream(settings.gateway_id)
+        self.bus = ReplyBus(
+            self._reader_redis,
+            self.reply_stream,
+            block_s=settings.reply_block_s,
+            count=settings.reply_read_count,
+        )
+        self.cache = RegistryCache(self.redis, ttl_s=settings.registry_cache_ttl_s)
+        self.events = RegistryEvents(self.redis, self.cache)
+        self.queue = RedisJobQueue(self.redis)
+        self.plane = DataPlane(
+            self.cache,
+            self.queue,
+            self.bus,
+            reply_to=self.reply_stream,
+            default_timeout_s=settings.default_request_timeout_s,
+            stream_buffer_replies=settings.stream_buffer_replies,
+            cancel_margin_s=settings.cancel_margin_s,
+            observer=self.metrics,
+        )
+        # KServe v2 (gRPC now; transport-agnostic, so REST can share it and its statistics).
+        self.v2 = V2Service(
+            self.plane, self.cache, self.redis, gateway_ready=self._ready, version=sluice_version
+        )
+        self.listeners: list[HttpListener] = []
+        self.server: Any = None
+        self.readiness: Readiness | None = None
+        self._keeper: ReplyStreamKeeper | None = None
+
+    async def start(self) -> int:
+        """Bind and start serving; returns the bound port."""
+        settings = self.settings
+        self.server = create_server(settings, self._interceptors)
+        torchserve.add_to_server(
+            self.server,
+            torchserve.TorchServeInference(
+                self.plane,
+                ModelHealth(self.redis),
+                stream2_max_in_flight=settings.stream2_max_in_flight,
+                max_request_size=settings.max_request_size,
+            ),
+        )
+        kserve.add_to_server(
+            self.server,
+            kserve.KServeInference(self.v2, stream_max_in_flight=settings.kserve_stream_max_in_flight),
+        )
+        services = [torchserve.SERVICE_NAME, *kserve.SERVICE_NAMES]
+        self.readiness = Readiness(
+            self.server,
+            services,
+            self._ready,
+            interval_s=settings.health_check_interval_s,
+        )
+        if settings.enable_reflection:
+            add_reflection(self.server, services)
+        self.port = self.server.add_insecure_port(settings.bind_address)
+        self._keeper = ReplyStreamKeeper(
+            self.redis,
+            self.bus,
+            settings.gateway_id,
+            ttl_s=settings.reply_stream_ttl_s,
+            interval_s=settings.heartbeat_interval_s,
+            alive_value=self._alive_value(),
+        )
+        try:
+            await self._keeper.create()
+        except RedisError as exc:  # the heartbeat creates it once Redis answers
+            log.warning("Redis unreachable at startup", error=str(exc))
+        await self.readiness.check_once()
+        for component in (self.bus, self._keeper, self.events, self.readiness):
+            component.start()
+        await self.server.start()
+        await self._start_http()
+        log.info(
+            "gateway listening",
+            address=settings.grpc_inference_address,
+            port=self.port,
+            rest_port=self.rest_port,
+            metrics_port=self.metrics_port,
+            gateway_id=settings.gateway_id,
+            reflection=settings.enable_reflection,
+        )
+        return self.port
+
+    async def _start_http(self) -> None:
+        settings = self.settings
+        rest = inference_listener(
+            settings, self.plane, self.cache, ModelHealth(self.redis), self.v2, self._rest_middlewares
+        )
+        self.listeners.append(rest)
+        self.rest_port = await rest.start()
+        if settings.enable_metrics_api:
+            metrics = metrics_listener(settings, self.metrics, self.redis)
+            self.listeners.append(metrics)
+            self.metrics_port = await metrics.start()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        log.info("gateway draining", grace_s=grace, in_flight=self.bus.in_flight)
+        if self.readiness is not None:
+            await self.readiness.drain()
+        grpc_stopped = self.server.stop(grace) if self.server is not None else asyncio.sleep(0)
+        await asyncio.gather(grpc_stopped, stop_all(self.listeners, grace))
+        await self.queue.drain()
+        await self.events.stop()
+        if self._keeper is not None:
+            await self._keeper.stop()
+        await self.bus.stop()
+        with contextlib.suppress(RedisError):
+            await self.redis.delete(self.reply_stream, keys.gateway_alive(self.settings.gateway_id))
+        await self.redis.aclose()
+        await self._reader_redis.aclose()
+        log.info("gateway stopped")
+
+    async def _ready(self) -> bool:
+        """Redis answers and the reply stream exists (calls can be answered)."""
+        timeout_s = max(self.settings.health_check_interval_s, 1.0)
+        established = self._keeper is not None and self._keeper.established
+        return established and await redis_answers(self.redis, timeout_s)
+
+    def _alive_value(self) -> str:
+        return json.dumps(
+            {
+                "gateway_id": self.settings.gateway_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "port": self.port,
+            }
+        )
+
+
+async def serve(settings: GatewaySettings) -> None:
+    """Run a gateway until SIGTERM or SIGINT, then shut it down gracefully."""
+    gateway = Gateway(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await gateway.start()
+    await stop.wait()
+    await gateway.stop()

@@ -1,0 +1,195 @@
+"""The transport-agnostic inference data plane: resolve model/version, enqueue one Job, then await
+its final reply or iterate its replies.
+
+Transports (TorchServe gRPC now; KServe v2 gRPC and REST later) convert their request into an
+:class:`InferenceCall`, call the data plane once, and convert the replies back. Failures are raised
+as :class:`sluice.errors.SluiceError`; the transport maps them to its status codes once.
+"""
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol as Interface
+
+import structlog
+from sluice import names
+from sluice.envelope import Protocol, Reply, encode_job
+from sluice.errors import SluiceError
+from sluice.records import VersionRecord
+
+from sluice_gateway.job_queue import JobQueue, VersionGone
+from sluice_gateway.jobs import build_job, effective_timeout_s, new_job_id
+from sluice_gateway.pending_jobs import PendingJob, StreamJob, UnaryJob
+from sluice_gateway.registry_cache import VersionResolver, model_not_found, version_not_found
+from sluice_gateway.reply_bus import ReplyBus
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceCall:
+    """One inference request as every transport hands it to the data plane."""
+
+    protocol: "Protocol.ValueType"
+    model: str
+    # "" selects the model's default version.
+    version: str
+    # The client's request, forwarded to the worker undecoded.
+    request: bytes
+    # Time the client still waits (its deadline); None when it set none.
+    timeout_s: float | None = None
+    headers: Mapping[str, str] | None = None
+    # Checks the request against the version it resolved to, before anything is enqueued (raises
+    # SluiceError); KServe v2 validates tensors against the declared ones here.
+    admit: Callable[[VersionRecord], None] | None = None
+    # A streamed call whose job may still share a batch (REST: the handler, not the client,
+    # decides whether the answer streams); the job is not flagged ``streaming``.
+    stream_in_batch: bool = False
+
+
+class JobObserver(Interface):
+    """Told about every job whose version was found (queued or refused by the queue), and about
+    every such job once its caller is done with it (metrics; must not block)."""
+
+    def admitted(self, model: str, requested_version: str) -> None: ...
+
+    def finished(self, job: PendingJob) -> None: ...
+
+
+class DataPlane:
+    def __init__(
+        self,
+        resolver: VersionResolver,
+        queue: JobQueue,
+        bus: ReplyBus,
+        *,
+        reply_to: str,
+        default_timeout_s: float | None = None,
+        stream_buffer_replies: int = 1024,
+        cancel_margin_s: float = 60.0,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        observer: JobObserver | None = None,
+    ) -> None:
+        self._resolver = resolver
+        self._queue = queue
+        self._bus = bus
+        self._reply_to = reply_to
+        self._default_timeout_s = default_timeout_s
+        self._stream_buffer_replies = stream_buffer_replies
+        self._cancel_margin_ms = int(cancel_margin_s * 1000)
+        self._clock_ms = clock_ms
+        self._observer = observer
+
+    async def infer(self, call: InferenceCall) -> Reply:
+        """Run one job and return its final reply."""
+        job = await self.submit(call)
+        try:
+            return await job.result()
+        finally:
+            job.close()
+
+    async def infer_stream(self, call: InferenceCall) -> AsyncGenerator[Reply, None]:
+        """Run one streaming job and yield its replies as they arrive, the final one last."""
+        job = await self.submit_stream(call)
+        try:
+            async for reply in job.replies():
+                yield reply
+        finally:
+            job.close()
+
+    async def submit(self, call: InferenceCall) -> UnaryJob:
+        job = await self._admit(call, streaming=False)
+        assert isinstance(job, UnaryJob)
+        return job
+
+    async def submit_stream(self, call: InferenceCall) -> StreamJob:
+        job = await self._admit(call, streaming=True)
+        assert isinstance(job, StreamJob)
+        return job
+
+    def _release(self, job: PendingJob, cancel: bool) -> None:
+        self._bus.forget(job.job_id)
+        if self._observer is not None:
+            self._observer.finished(job)
+        if cancel:
+            ttl_ms = max(job.deadline_ms - self._clock_ms(), 0) + self._cancel_margin_ms
+            self._queue.cancel(job.model, job.version, job.job_id, ttl_ms)
+
+    async def _admit(self, call: InferenceCall, *, streaming: bool) -> PendingJob:
+        model = names.check_model_name(call.model)
+        if call.version:
+            names.check_version(model, call.version)
+        record = await self._resolver.resolve(model, call.version)
+        try:
+            return await self._enqueue(call, record, streaming)
+        except VersionGone:
+            # The cached registry was stale (version removed, default changed): look again, once.
+            self._resolver.invalidate(model)
+        record = await self._resolver.resolve(model, call.version)
+        try:
+            return await self._enqueue(call, record, streaming)
+        except VersionGone:
+            self._resolver.invalidate(model)
+            raise version_not_found(model, call.version) if call.version else model_not_found(model) from None
+
+    async def _enqueue(self, call: InferenceCall, record: VersionRecord, streaming: bool) -> PendingJob:
+        if call.admit is not None:
+            call.admit(record)
+        model, version = record.model_name, record.version
+        job_id = new_job_id()
+        structlog.contextvars.bind_contextvars(request_id=job_id, model=model, version=version)
+        timeout_s = effective_timeout_s(call.timeout_s, self._default_timeout_s, record.response_timeout_s)
+        now_ms = self._clock_ms()
+        encoded = encode_job(
+            build_job(
+                job_id=job_id,
+                protocol=call.protocol,
+                model=model,
+                version=version,
+                reply_to=self._reply_to,
+                request=call.request,
+                now_ms=now_ms,
+                timeout_s=timeout_s,
+                streaming=streaming and not call.stream_in_batch,
+                headers=call.headers,
+            )
+        )
+        waiter = (
+            self._bus.expect_stream(job_id, self._stream_buffer_replies)
+            if streaming
+            else self._bus.expect(job_id)
+        )
+        job_class = StreamJob if streaming else UnaryJob
+        pending = job_class(
+            self._release,
+            waiter,
+            model=model,
+            version=version,
+            job_id=job_id,
+            deadline_ms=now_ms + int(timeout_s * 1000),
+            requested_version=call.version,
+            enqueued_unix_ms=now_ms,
+        )
+        loop = asyncio.get_running_loop()
+        expires_at = loop.time() + timeout_s
+        try:
+            await self._queue.enqueue(model, version, encoded)
+        except SluiceError:
+            self._bus.forget(job_id)
+            if self._observer is not None:
+                self._observer.admitted(model, call.version)
+            raise
+        except VersionGone:
+            self._bus.forget(job_id)
+            raise
+        except BaseException:
+            # Cancelled (or failed) mid-enqueue: the job may be queued, so flag it as well.
+            self._release(pending, True)
+            raise
+        if self._observer is not None:
+            self._observer.admitted(model, call.version)
+        pending.arm(loop, expires_at)
+        return pending

@@ -1,0 +1,67 @@
+"""TorchServe gRPC messages <-> the data plane. Requests are parsed only to route and validate; the
+raw bytes go to the worker. Responses are the worker-built ``PredictionResponse`` bytes; fields the
+gateway adds (``sequence_id``) are appended as serialized fields, which protobuf merges on parse."""
+
+import grpc
+from google.protobuf.message import DecodeError
+from sluice.envelope import Protocol
+from sluice.errors import ErrorCode, SluiceError
+from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
+
+from sluice_gateway.dataplane import InferenceCall
+from sluice_gateway.grpc_api.errors import in_stream_status
+
+MODEL_NAME_REQUIRED = "Parameter model_name is required."
+SEQUENCE_ID_REQUIRED = "Parameter sequenceId is required."
+INVALID_REQUEST = "Invalid PredictionsRequest."
+
+# TorchServe's default sequence header names (ts_header_key_sequence_{id,start,end}).
+SEQUENCE_ID_HEADER = "ts_request_sequence_id"
+SEQUENCE_START_HEADER = "ts_request_sequence_start"
+SEQUENCE_END_HEADER = "ts_request_sequence_end"
+
+
+def parse_request(raw: bytes) -> PredictionsRequest:
+    try:
+        return PredictionsRequest.FromString(raw)
+    except DecodeError as exc:
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, INVALID_REQUEST) from exc
+
+
+def to_call(
+    request: PredictionsRequest, raw: bytes, timeout_s: float | None, headers: dict[str, str] | None = None
+) -> InferenceCall:
+    if not request.model_name:
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, MODEL_NAME_REQUIRED)
+    return InferenceCall(
+        protocol=Protocol.TORCHSERVE_GRPC,
+        model=request.model_name,
+        version=request.model_version,
+        request=raw,
+        timeout_s=timeout_s,
+        headers=headers,
+    )
+
+
+def sequence_headers(request: PredictionsRequest) -> dict[str, str]:
+    """Handler headers of a StreamPredictions2 request. Start and end are set only when the client
+    marks the request so (input ``ts_request_sequence_start``/``_end`` = ``true``); TorchServe's
+    frontend compares the wrong thing and marks every request as the end."""
+    headers = {SEQUENCE_ID_HEADER: request.sequence_id}
+    for marker in (SEQUENCE_START_HEADER, SEQUENCE_END_HEADER):
+        if request.input.get(marker, b"").strip().lower() == b"true":
+            headers[marker] = "true"
+    return headers
+
+
+def sequence_suffix(sequence_id: str) -> bytes:
+    """Serialized ``sequence_id`` field, appended to a worker-built response to echo the id."""
+    return PredictionResponse(sequence_id=sequence_id).SerializeToString() if sequence_id else b""
+
+
+def error_response(error: SluiceError, sequence_id: str = "", code: grpc.StatusCode | None = None) -> bytes:
+    """A StreamPredictions2 in-stream error: empty prediction, ``status`` set."""
+    response = PredictionResponse(status=in_stream_status(error, code))
+    if sequence_id:
+        response.sequence_id = sequence_id
+    return response.SerializeToString()

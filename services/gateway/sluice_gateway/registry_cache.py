@@ -1,0 +1,193 @@
+"""The gateway's view of the registry: model -> (default, versions) and version -> record, cached.
+
+Entries are dropped when a registry event arrives on pub/sub and, because pub/sub is at-most-once,
+after a short TTL as well. Not-found answers are cached too, so unknown names cost no Redis trip.
+Concurrent misses for one model share a single load.
+"""
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, cast
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+from sluice import keys, registry
+from sluice.errors import ErrorCode, SluiceError
+from sluice.log import get_logger
+from sluice.records import VersionRecord
+
+from sluice_gateway.backoff import Backoff
+from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+
+
+class VersionResolver(Protocol):
+    async def resolve(self, model: str, requested: str) -> VersionRecord: ...
+
+    def invalidate(self, model: str | None = None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelEntry:
+    default: str | None
+    versions: set[str]  # never mutated
+
+
+def version_not_found(model: str, version: str) -> SluiceError:
+    return SluiceError(
+        ErrorCode.VERSION_NOT_FOUND, f"Model version: {version} does not exist for model: {model}"
+    )
+
+
+def model_not_found(model: str) -> SluiceError:
+    return SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {model}")
+
+
+class RegistryCache:
+    def __init__(
+        self, redis: "aioredis.Redis", *, ttl_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._redis = redis
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._models: dict[str, tuple[float, _ModelEntry]] = {}
+        self._records: dict[tuple[str, str], tuple[float, VersionRecord | None]] = {}
+        self._loads: dict[tuple[str, ...], asyncio.Future[Any]] = {}
+        # Bumped by every invalidation: a load that started before it must not store its result.
+        self._generation = 0
+
+    async def resolve(self, model: str, requested: str) -> VersionRecord:
+        """The record of the version a request for ``model``/``requested`` runs on (``""``: the
+        default), or MODEL_NOT_FOUND / VERSION_NOT_FOUND."""
+        entry = await self._model(model)
+        version = registry.choose_version(model, requested, entry.default, entry.versions)
+        record = await self._record(model, version)
+        if record is None:
+            raise version_not_found(model, version) if requested else model_not_found(model)
+        return record
+
+    def invalidate(self, model: str | None = None) -> None:
+        self._generation += 1
+        if model is None:
+            self._models.clear()
+            self._records.clear()
+            self._loads.clear()
+            return
+        self._models.pop(model, None)
+        for key in [key for key in self._records if key[0] == model]:
+            del self._records[key]
+        # Loads already under way may return the old state: later callers start their own.
+        for load_key in [key for key in self._loads if key[1] == model]:
+            del self._loads[load_key]
+
+    async def _model(self, model: str) -> _ModelEntry:
+        cached = self._models.get(model)
+        if cached is not None and cached[0] > self._clock():
+            return cached[1]
+        return await self._shared_load(("model", model), lambda: self._load_model(model))
+
+    async def _record(self, model: str, version: str) -> VersionRecord | None:
+        cached = self._records.get((model, version))
+        if cached is not None and cached[0] > self._clock():
+            return cached[1]
+        return await self._shared_load(("version", model, version), lambda: self._load_record(model, version))
+
+    async def _load_model(self, model: str) -> _ModelEntry:
+        generation = self._generation
+        default, versions = await registry.model_versions(self._redis, model)
+        entry = _ModelEntry(default, versions)
+        if generation == self._generation:
+            self._models[model] = (self._clock() + self._ttl_s, entry)
+        return entry
+
+    async def _load_record(self, model: str, version: str) -> VersionRecord | None:
+        generation = self._generation
+        record = await registry.get_version(self._redis, model, version)
+        if generation == self._generation:
+            self._records[(model, version)] = (self._clock() + self._ttl_s, record)
+        return record
+
+    async def _shared_load(self, key: tuple[str, ...], load: Callable[[], Awaitable[T]]) -> T:
+        task = self._loads.get(key)
+        if task is None:
+            # A task, so that a caller that gives up does not cancel the load others wait for.
+            task = asyncio.ensure_future(load())
+            self._loads[key] = task
+            task.add_done_callback(lambda done: self._load_done(key, done))
+        try:
+            return cast(T, await asyncio.shield(task))
+        except RedisError as exc:
+            raise SluiceError(ErrorCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
+
+    def _load_done(self, key: tuple[str, ...], task: "asyncio.Future[Any]") -> None:
+        if self._loads.get(key) is task:
+            del self._loads[key]
+        if not task.cancelled():
+            task.exception()  # mark retrieved: a load whose callers all left must not warn
+
+
+class RegistryEvents:
+    """Listens on :data:`sluice.keys.EVENTS_CHANNEL` and invalidates the cache.
+
+    Every (re)subscription clears the whole cache: events published while we were not subscribed
+    are lost."""
+
+    def __init__(self, redis: "aioredis.Redis", cache: VersionResolver) -> None:
+        self._redis = redis
+        self._cache = cache
+        self._task: asyncio.Task[None] | None = None
+        self.subscribed = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="registry-events")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        backoff = Backoff()
+        while True:
+            try:
+                await self._listen(backoff)
+            except RedisError as exc:
+                log.warning("registry events lost", error=str(exc))
+            except Exception:
+                log.exception("registry events error")
+            self.subscribed.clear()
+            self._cache.invalidate()
+            await asyncio.sleep(backoff.next_s())
+
+    async def _listen(self, backoff: Backoff) -> None:
+        async with self._redis.pubsub() as pubsub:
+            await pubsub.subscribe(keys.EVENTS_CHANNEL)
+            while True:
+                message = await pubsub.get_message(timeout=1.0)
+                if message is None:
+                    continue
+                if message["type"] == "subscribe":
+                    # Also seen after redis-py silently reconnected and resubscribed.
+                    self._cache.invalidate()
+                    self.subscribed.set()
+                    backoff.reset()
+                elif message["type"] == "message":
+                    self._cache.invalidate(event_model(message["data"]))
+
+
+def event_model(data: bytes | str) -> str | None:
+    """The model a registry event is about; None (everything) when the event is not understood."""
+    try:
+        model = json.loads(data).get("model")
+    except (ValueError, AttributeError):
+        return None
+    return model if isinstance(model, str) and model else None

@@ -1,0 +1,146 @@
+"""The gateway's reply bus: one XREAD BLOCK loop on the gateway's own reply stream hands replies to
+the calls waiting for them, keyed by job id.
+
+A reply for a job nobody waits for (a duplicate after a redelivery, a call that already ended) is
+dropped, which makes each call get exactly one answer. Read entries are trimmed (``XTRIM MINID``) in
+the same round trip as the next read, so an entry is never read twice, even after the read position
+is reset.
+"""
+
+import asyncio
+import contextlib
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+from redis.typing import KeyT, StreamIdT
+from sluice.envelope import FIELD, EnvelopeError, decode_reply
+from sluice.errors import SluiceError
+from sluice.log import get_logger
+
+from sluice_gateway.backoff import Backoff
+from sluice_gateway.waiters import StreamWaiter, UnaryWaiter, Waiter
+
+log = get_logger(__name__)
+
+START_ID = b"0-0"
+
+
+def next_id(entry_id: bytes) -> bytes:
+    """The smallest stream id after ``entry_id`` (``XTRIM MINID`` keeps ids >= the one given)."""
+    ms, _, seq = entry_id.partition(b"-")
+    return ms + b"-" + str(int(seq or b"0") + 1).encode()
+
+
+class ReplyBus:
+    """Waiter registry plus the reader task. ``redis`` must be a connection reserved for this bus:
+    its blocking read would stall any other command."""
+
+    def __init__(self, redis: "aioredis.Redis", stream: str, *, block_s: float, count: int) -> None:
+        self._redis = redis
+        self._stream = stream
+        self._block_ms = int(block_s * 1000)
+        self._count = count
+        self._waiters: dict[str, Waiter] = {}
+        self._marks = 0
+        self._last_id = START_ID
+        self._trim_from: bytes | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # Waiters -------------------------------------------------------------------------------------
+    def expect(self, job_id: str) -> UnaryWaiter:
+        self._marks += 1
+        waiter = UnaryWaiter(self._marks)
+        self._waiters[job_id] = waiter
+        return waiter
+
+    def expect_stream(self, job_id: str, limit: int) -> StreamWaiter:
+        self._marks += 1
+        waiter = StreamWaiter(self._marks, limit)
+        self._waiters[job_id] = waiter
+        return waiter
+
+    def forget(self, job_id: str) -> None:
+        waiter = self._waiters.pop(job_id, None)
+        if waiter is not None:
+            waiter.discard()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiters)
+
+    def mark(self) -> int:
+        """A point in registration order, for :meth:`fail_before`."""
+        return self._marks
+
+    def fail_before(self, mark: int, error: SluiceError) -> int:
+        """Fail every waiter registered at or before ``mark``; returns how many."""
+        failed = 0
+        for waiter in self._waiters.values():
+            if waiter.mark <= mark:
+                waiter.fail(error)
+                failed += 1
+        return failed
+
+    def restart_from_beginning(self) -> None:
+        """Read the (recreated) stream from its first entry."""
+        self._last_id = START_ID
+        self._trim_from = None
+
+    def dispatch(self, raw: bytes) -> None:
+        try:
+            reply = decode_reply(raw)
+        except EnvelopeError:
+            log.warning("reply entry dropped: not a valid Reply")
+            return
+        waiter = self._waiters.get(reply.job_id)
+        if waiter is not None:
+            waiter.deliver(reply)
+
+    # Reader --------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="reply-bus")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        backoff = Backoff()
+        while True:
+            try:
+                await self.read_once()
+                backoff.reset()
+            except RedisError as exc:
+                delay_s = backoff.next_s()
+                log.warning("reply stream read failed", error=str(exc), retry_in_s=round(delay_s, 3))
+                await asyncio.sleep(delay_s)
+            except Exception:
+                log.exception("reply bus error")
+                await asyncio.sleep(backoff.next_s())
+
+    async def read_once(self) -> None:
+        """One blocking read (preceded by the trim of what the last read consumed)."""
+        streams: dict[KeyT, StreamIdT] = {self._stream: self._last_id}
+        if self._trim_from is None:
+            result = await self._redis.xread(streams, count=self._count, block=self._block_ms)
+        else:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.xtrim(self._stream, minid=self._trim_from, approximate=False)
+                pipe.xread(streams, count=self._count, block=self._block_ms)
+                _, result = await pipe.execute()
+            self._trim_from = None
+        if result:
+            self._consume(result)
+
+    def _consume(self, result: Any) -> None:
+        for _stream, entries in result:
+            for entry_id, fields in entries:
+                raw = fields.get(FIELD)
+                if raw is not None:
+                    self.dispatch(raw)
+                self._last_id = entry_id
+        self._trim_from = next_id(self._last_id)
