@@ -73,5 +73,13 @@ run: install
 stop: install
 	$(VENV)/bin/sluice stop
 
+# Benchmarks (bench/__init__.py): Sluice beside the in-process limit and TorchServe 0.12, which runs from
+# its own venv (bench/.torchserve-venv, built on first use). Results in bench/results/<timestamp>/.
+bench: install
+	$(PY) -m bench --preset full
+
+bench-quick: install
+	$(PY) -m bench --preset quick
+
 clean:
 	rm -rf $(VENV) $(PROTO_OUT) var build *.egg-info

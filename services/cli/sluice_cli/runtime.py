@@ -1,0 +1,130 @@
+"""The runtime folder (``SLUICE_HOME`` or ``./var``) and its pid file.
+
+``<home>/sluice.pid`` is JSON: each process ``sluice start`` ran, with its pid, its start time as the
+OS reports it and a marker from its command line, so that ``sluice stop`` never signals a process that
+merely reuses an old pid.
+"""
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+from pydantic import BaseModel, ValidationError
+
+# How far a process's start time may differ from the recorded one and still be the same process.
+_START_TIME_TOLERANCE_S = 1.0
+
+
+@dataclass(frozen=True)
+class RuntimeDir:
+    home: Path
+
+    @classmethod
+    def at(cls, home: Path) -> "RuntimeDir":
+        return cls(home.absolute())
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "sluice.pid"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def redis_data(self) -> Path:
+        return self.home / "redis"
+
+    def log_file(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+    def prepare(self) -> None:
+        for folder in (self.home, self.logs, self.redis_data):
+            folder.mkdir(parents=True, exist_ok=True)
+
+
+class ProcessRef(BaseModel):
+    """A process ``sluice start`` ran."""
+
+    name: str
+    pid: int
+    start_time: float
+    # A word its command line must contain ("redis-server", "sluice_manager", ...).
+    marker: str
+    log_file: str = ""
+
+    def process(self) -> psutil.Process | None:
+        """The live process, or None if it exited or the pid now belongs to another process."""
+        try:
+            process = psutil.Process(self.pid)
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return None
+            if abs(process.create_time() - self.start_time) > _START_TIME_TOLERANCE_S:
+                return None
+            if self.marker not in " ".join(process.cmdline()):
+                return None
+            return process
+        except psutil.Error:
+            return None
+
+    def alive(self) -> bool:
+        return self.process() is not None
+
+
+class PidFile(BaseModel):
+    runtime_dir: str
+    started_unix_ms: int
+    redis_url: str
+    # True when `sluice start` runs the Redis itself (and `sluice stop` must stop it).
+    private_redis: bool
+    gateway_target: str = ""
+    # Processes in start order; `sluice stop` goes through them in reverse.
+    processes: list[ProcessRef] = []
+    # The `sluice start --foreground` process that owns them: `sluice stop` asks it to stop them.
+    owner: ProcessRef | None = None
+
+    @classmethod
+    def new(
+        cls, runtime: RuntimeDir, redis_url: str, *, private_redis: bool, gateway_target: str
+    ) -> "PidFile":
+        return cls(
+            runtime_dir=str(runtime.home),
+            started_unix_ms=int(time.time() * 1000),
+            redis_url=redis_url,
+            private_redis=private_redis,
+            gateway_target=gateway_target,
+        )
+
+    @classmethod
+    def read(cls, path: Path) -> "PidFile | None":
+        try:
+            return cls.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValidationError):
+            # Unreadable: treat as stale (nothing we could safely signal).
+            return None
+
+    def write(self, path: Path) -> None:
+        temp = path.with_name(path.name + ".tmp")
+        temp.write_text(self.model_dump_json(indent=2))
+        os.replace(temp, path)
+
+    def live(self) -> list[ProcessRef]:
+        owner = [self.owner] if self.owner is not None else []
+        return [ref for ref in [*owner, *self.processes] if ref.alive()]
+
+    def get(self, name: str) -> ProcessRef | None:
+        return next((ref for ref in self.processes if ref.name == name), None)
+
+
+def this_process(name: str, marker: str) -> ProcessRef:
+    return ProcessRef(name=name, pid=os.getpid(), start_time=psutil.Process().create_time(), marker=marker)
+
+
+def remove_pid_file(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()

@@ -1,0 +1,85 @@
+"""How ``sluice start`` runs each service: command lines, environment, and the private Redis."""
+
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sluice_cli.settings import LOOPBACK
+
+
+@dataclass(frozen=True)
+class StartOptions:
+    """The start flags that reach the services (through their environment)."""
+
+    model_store: Path | None = None
+    models: str | None = None
+    ts_config: Path | None = None
+    disable_token_auth: bool = False
+    enable_model_api: bool = False
+
+
+def service_env(
+    environ: Mapping[str, str], options: StartOptions, *, home: Path, redis_url: str
+) -> dict[str, str]:
+    """The children's environment: ours plus the settings the flags chose. The services read their own
+    keys from config.properties (SLUICE_TS_CONFIG); the environment overrides it."""
+    env = dict(environ)
+    env["SLUICE_HOME"] = str(home)
+    env["SLUICE_REDIS_URL"] = redis_url
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if options.ts_config is not None:
+        env["SLUICE_TS_CONFIG"] = str(options.ts_config)
+    if options.model_store is not None:
+        env["SLUICE_MODEL_STORE"] = str(options.model_store)
+    if options.models is not None:
+        env["SLUICE_LOAD_MODELS"] = options.models
+    # --disable-token-auth / --enable-model-api can only switch auth off / the model API on.
+    if options.disable_token_auth:
+        env["SLUICE_DISABLE_TOKEN_AUTHORIZATION"] = "true"
+    if options.enable_model_api:
+        env["SLUICE_ENABLE_MODEL_API"] = "true"
+    return env
+
+
+def python_service(module: str) -> list[str]:
+    return [sys.executable, "-m", module]
+
+
+def redis_command(port: int, data_dir: Path) -> list[str]:
+    """A private redis-server: loopback only, protected mode, AOF on, never evicts (an eviction
+    policy could delete job streams), logs to stdout (our log file)."""
+    return [
+        "redis-server",
+        "--port", str(port),
+        "--bind", LOOPBACK,
+        "--protected-mode", "yes",
+        "--dir", str(data_dir),
+        "--appendonly", "yes",
+        "--appendfsync", "everysec",
+        "--save", "",
+        "--maxmemory-policy", "noeviction",
+        "--daemonize", "no",
+        "--logfile", "",
+    ]  # fmt: skip
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def clear_redis_data(data_dir: Path) -> None:
+    """``--ncs``: start the private Redis empty (no models from an earlier run are restored)."""
+    for child in data_dir.glob("*"):
+        if child.is_dir():
+            for inner in child.glob("*"):
+                inner.unlink(missing_ok=True)
+            child.rmdir()
+        else:
+            child.unlink(missing_ok=True)

@@ -1,0 +1,56 @@
+"""What the CLI reads from ``config.properties`` / ``SLUICE_*``: where the services will listen, which
+Redis to use, how long startup may take. Built once in :func:`sluice_cli.main.main`."""
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field
+from sluice.settings import CommonSettings
+
+LOOPBACK = "127.0.0.1"
+
+
+class CliSettings(CommonSettings):
+    TS_KEYS: ClassVar[dict[str, str]] = {
+        "grpc_inference_address": "grpc_inference_address",
+        "grpc_inference_port": "grpc_inference_port",
+        "grpc_management_address": "grpc_management_address",
+        "grpc_management_port": "grpc_management_port",
+        "inference_address": "inference_address",
+        "management_address": "management_address",
+        "model_store": "model_store",
+        "load_models": "load_models",
+        "default_startup_timeout": "default_startup_timeout_s",
+        "sluice_redis_url": "external_redis_url",
+        "sluice_redis_port": "redis_port",
+        "sluice_worker_stop_timeout_s": "worker_stop_timeout_s",
+    }
+
+    grpc_inference_address: str = LOOPBACK
+    grpc_inference_port: int = Field(default=7070, ge=1, le=65535)
+    grpc_management_address: str = LOOPBACK
+    grpc_management_port: int = Field(default=7071, ge=1, le=65535)
+    inference_address: str = "http://127.0.0.1:8080"
+    management_address: str = "http://127.0.0.1:8081"
+    model_store: Path | None = None
+    load_models: str = ""
+    default_startup_timeout_s: int = Field(default=120, ge=1)
+    # An existing Redis to use; empty: `sluice start` runs a private one on redis_port.
+    external_redis_url: str = ""
+    redis_port: int = Field(default=6399, ge=1, le=65535)
+    worker_stop_timeout_s: float = Field(default=30.0, gt=0)
+    # Runtime folder (SLUICE_HOME): pid file, logs, Redis data, unpacked models.
+    home: Path = Path("var")
+
+    @property
+    def service_redis_url(self) -> str:
+        """The Redis the services are told to use (SLUICE_REDIS_URL of the children)."""
+        return self.external_redis_url or f"redis://{LOOPBACK}:{self.redis_port}/0"
+
+    @property
+    def gateway_target(self) -> str:
+        """Where to reach the gateway's gRPC port from this host."""
+        host = self.grpc_inference_address
+        if host in ("0.0.0.0", "::", ""):
+            host = LOOPBACK
+        return f"{host}:{self.grpc_inference_port}"

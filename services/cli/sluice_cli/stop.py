@@ -1,0 +1,110 @@
+"""``sluice stop``: gateway, then manager (which stops its workers), then Redis, each by pid with a
+bounded wait; workers a dead manager left behind are killed before Redis goes."""
+
+import json
+import os
+import signal
+import socket
+import time
+
+import psutil
+import redis
+from sluice import keys
+
+from sluice_cli import output
+from sluice_cli.children import Children, kill_process, stop_process
+from sluice_cli.runtime import PidFile, ProcessRef, RuntimeDir, remove_pid_file
+from sluice_cli.settings import CliSettings
+
+# The gateway drains in-flight calls (shutdown_grace_s, 30 s by default).
+GATEWAY_STOP_TIMEOUT_S = 40.0
+REDIS_STOP_TIMEOUT_S = 20.0
+# On top of the manager's own bound for draining its workers.
+MANAGER_STOP_MARGIN_S = 15.0
+
+
+def stop(settings: CliSettings) -> int:
+    runtime = RuntimeDir.at(settings.home)
+    state = PidFile.read(runtime.pid_file)
+    if state is None:
+        output.info("Sluice is not running.")
+        return 0
+    output.info("Stopping Sluice ...")
+    _stop_owner(state, runtime, settings)
+    stop_all(state, settings)
+    remove_pid_file(runtime.pid_file)
+    output.info("Sluice stopped.")
+    return 0
+
+
+def _stop_owner(state: PidFile, runtime: RuntimeDir, settings: CliSettings) -> None:
+    """A `sluice start --foreground` owns the processes: ask it to stop them, in order, and wait."""
+    owner = state.owner
+    if owner is None or owner.pid == os.getpid() or owner.process() is None:
+        return
+    os.kill(owner.pid, signal.SIGTERM)
+    budget_s = GATEWAY_STOP_TIMEOUT_S + REDIS_STOP_TIMEOUT_S + settings.worker_stop_timeout_s
+    budget_s += MANAGER_STOP_MARGIN_S
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline and owner.alive():
+        time.sleep(0.1)
+
+
+def stop_all(state: PidFile, settings: CliSettings, children: Children | None = None) -> None:
+    """Stop what ``state`` lists, in reverse start order."""
+    for ref in reversed(state.processes):
+        if ref.name == "redis":
+            kill_leftover_workers(state.redis_url)
+        stop_process(ref, _timeout_s(ref, settings), children)
+    if not state.private_redis:
+        kill_leftover_workers(state.redis_url)
+
+
+def _timeout_s(ref: ProcessRef, settings: CliSettings) -> float:
+    if ref.name == "manager":
+        return settings.worker_stop_timeout_s + MANAGER_STOP_MARGIN_S
+    if ref.name == "gateway":
+        return GATEWAY_STOP_TIMEOUT_S
+    return REDIS_STOP_TIMEOUT_S
+
+
+def kill_leftover_workers(redis_url: str) -> int:
+    """SIGKILL workers on this host that a manager started and did not stop (it was killed, or it
+    timed out). Identified by pid, start time and ``--worker-id`` from the launch records."""
+    try:
+        client = redis.Redis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        raw = client.hgetall(keys.LAUNCHED_WORKERS)
+        client.close()
+    except redis.RedisError:
+        return 0
+    host = socket.gethostname()
+    killed = 0
+    for value in raw.values():
+        ref = _worker_ref(value, host)
+        if ref is not None and ref.alive():
+            kill_process(ref)
+            killed += 1
+    return killed
+
+
+def _worker_ref(raw: bytes | str, host: str) -> ProcessRef | None:
+    # A LaunchRecord (sluice_manager.launcher), read as plain JSON: the CLI does not import the manager.
+    try:
+        record = json.loads(raw)
+        if record.get("host") != host or not record.get("pid"):
+            return None
+        return ProcessRef(
+            name=f"worker {record['worker_id']}",
+            pid=int(record["pid"]),
+            start_time=float(record.get("process_start_time") or _current_start_time(int(record["pid"]))),
+            marker=f"--worker-id {record['worker_id']}",
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _current_start_time(pid: int) -> float:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return 0.0

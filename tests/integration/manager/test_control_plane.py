@@ -1,0 +1,206 @@
+"""Registration against a real Redis with archives made by the real torch-model-archiver 0.12 CLI;
+unregister, scale and describe as domain operations."""
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from sluice import keys, registry
+from sluice.errors import ErrorCode, SluiceError
+from sluice.records import BatchPolicy, VersionState
+from sluice_manager.control_plane import ControlPlane, ControlPlaneConfig
+from sluice_manager.startup import remove_unused_model_dirs
+from sluice_manager.version_config import RegisterOptions, ServerDefaults
+
+from tests.support.models import ECHO_HANDLER, echo_model, write_mar
+
+ARCHIVER = Path(sys.executable).parent / "torch-model-archiver"
+MODEL_CONFIG = """\
+minWorkers: 0
+maxWorkers: 0
+batchSize: 4
+maxBatchDelay: 50
+responseTimeout: 33
+batchPolicy: eager
+handler:
+  greeting: hello
+"""
+
+
+def archive(tmp_path: Path, fmt: str, name: str = "echo", version: str = "2.0") -> str:
+    """Build an archive with the real CLI into the store; returns its url (store-relative)."""
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "echo_handler.py").write_text(ECHO_HANDLER)
+    (src / "model-config.yaml").write_text(MODEL_CONFIG)
+    (src / "labels.json").write_text('{"0": "zero"}')
+    store = tmp_path / "store"
+    store.mkdir(exist_ok=True)
+    subprocess.run(
+        [str(ARCHIVER), "--model-name", name, "--version", version, "--handler", str(src / "echo_handler.py"),
+         "--extra-files", str(src / "labels.json"), "--config-file", str(src / "model-config.yaml"),
+         "--export-path", str(store), "--archive-format", fmt, "--force"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return {"default": f"{name}.mar", "tgz": f"{name}.tar.gz", "no-archive": name}[fmt]
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+@pytest.fixture
+def control(redis_client: "aioredis.Redis", tmp_path: Path) -> ControlPlane:
+    wakes: list[int] = []
+    plane = ControlPlane(
+        redis_client,
+        ControlPlaneConfig(
+            model_store=tmp_path / "store",
+            models_dir=tmp_path / "home" / "models",
+            defaults=ServerDefaults(job_queue_size=50),
+            unregister_timeout_s=5,
+        ),
+        wake=lambda: wakes.append(1),
+        host="test-host",
+    )
+    return plane
+
+
+@pytest.mark.parametrize("fmt", ["default", "tgz", "no-archive"])
+async def test_real_archiver_output_registers(
+    control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path, fmt: str
+) -> None:
+    url = archive(tmp_path, fmt)
+    record = await control.register(RegisterOptions(url=url))
+    assert (record.model_name, record.version, record.model_url) == ("echo", "2.0", url)
+    assert record.handler == "echo_handler.py"
+    assert (record.batch_size, record.max_batch_delay_ms, record.response_timeout_s) == (4, 50, 33)
+    assert record.batch_policy is BatchPolicy.EAGER
+    assert record.job_queue_size == 50
+    assert record.model_yaml_config["handler"] == {"greeting": "hello"}
+    model_dir = Path(record.model_dir)
+    assert model_dir.parent == tmp_path / "home" / "models"
+    assert sorted(os.listdir(model_dir)) == [
+        "MAR-INF", "echo_handler.py", "labels.json", "model-config.yaml",
+    ]  # fmt: skip
+    stored = await registry.get_version(redis_client, "echo", "2.0")
+    assert stored == record
+    assert await registry.resolve_version(redis_client, "echo", "") == "2.0"
+    assert await redis_client.hget(keys.version_config("echo", "2.0"), "job_queue_size") == b"50"
+
+
+async def test_register_twice_is_a_conflict_and_leaves_nothing_behind(
+    control: ControlPlane, tmp_path: Path
+) -> None:
+    url = archive(tmp_path, "default")
+    await control.register(RegisterOptions(url=url))
+    with pytest.raises(SluiceError) as info:
+        await control.register(RegisterOptions(url=url))
+    assert info.value.code is ErrorCode.CONFLICT
+    assert info.value.message == "Model version 2.0 is already registered for model echo"
+    assert len(list((tmp_path / "home" / "models").iterdir())) == 1
+
+
+async def test_startup_registration_adopts_what_is_registered(control: ControlPlane, tmp_path: Path) -> None:
+    url = archive(tmp_path, "default")
+    first = await control.register(RegisterOptions(url=url, at_startup=True))
+    again = await control.register(RegisterOptions(url=url, at_startup=True))
+    assert again == first
+    assert [p.name for p in (tmp_path / "home" / "models").iterdir()] == [Path(first.model_dir).name]
+
+
+async def test_refused_archive_leaves_no_state(
+    control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path
+) -> None:
+    spec = echo_model("echo")
+    write_mar(spec.__class__(name="broken", handler="nope.py", files={"x.py": ""}), tmp_path / "store")
+    with pytest.raises(SluiceError) as info:
+        await control.register(RegisterOptions(url="broken.mar"))
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT
+    assert list((tmp_path / "home" / "models").iterdir()) == []
+    assert await redis_client.zrange(keys.MODELS, 0, -1) == []
+
+
+async def test_no_model_store(redis_client: "aioredis.Redis", tmp_path: Path) -> None:
+    plane = ControlPlane(
+        redis_client, ControlPlaneConfig(model_store=None, models_dir=tmp_path), wake=lambda: None, host="h"
+    )
+    with pytest.raises(SluiceError, match="No model store"):
+        await plane.register(RegisterOptions(url="a.mar"))
+
+
+async def test_versions_default_unregister_and_describe(
+    control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path
+) -> None:
+    first = await control.register(RegisterOptions(url=archive(tmp_path, "default", version="1.0")))
+    second = await control.register(RegisterOptions(url=archive(tmp_path, "tgz", version="2.0")))
+    described = await control.describe("echo", "all")
+    assert [(d.record.version, d.is_default) for d in described] == [("1.0", True), ("2.0", False)]
+    assert described[0].workers == ()
+    assert described[0].pending_jobs == 0
+    assert [d.record.version for d in await control.describe("echo")] == ["1.0"]
+
+    with pytest.raises(SluiceError, match="Cannot remove default version"):
+        await control.unregister("echo", "1.0")
+    await control.unregister("echo", "2.0")
+    assert not exists(second.model_dir)
+    assert await redis_client.exists(keys.version_config("echo", "2.0")) == 0
+    assert (await registry.model_versions(redis_client, "echo"))[1] == {"1.0"}
+
+    await control.unregister("echo")
+    assert not exists(first.model_dir)
+    assert await redis_client.zrange(keys.MODELS, 0, -1) == []
+    assert await redis_client.exists(keys.model("echo")) == 0
+    with pytest.raises(SluiceError) as info:
+        await control.describe("echo")
+    assert info.value.code is ErrorCode.MODEL_NOT_FOUND
+
+
+async def test_scale(control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path) -> None:
+    await control.register(RegisterOptions(url=archive(tmp_path, "default")))
+    await redis_client.hset(keys.RESTARTS, "echo:2.0", '{"failures": 5}')
+    scaled = await control.scale("echo", None, 2, 3)
+    assert (scaled.min_workers, scaled.max_workers) == (2, 3)
+    stored = await registry.get_version(redis_client, "echo", "2.0")
+    assert stored is not None
+    assert (stored.min_workers, stored.max_workers) == (2, 3)
+    assert await redis_client.hget(keys.RESTARTS, "echo:2.0") is None, "scaling resets the backoff"
+    assert (await control.scale("echo", "2.0", 1)).max_workers == 1
+    with pytest.raises(SluiceError, match="Invalid worker numbers"):
+        await control.scale("echo", None, 3, 2)
+    with pytest.raises(SluiceError) as info:
+        await control.scale("echo", "9.9", 1)
+    assert info.value.code is ErrorCode.VERSION_NOT_FOUND
+    with pytest.raises(SluiceError, match="Failed to start workers"):
+        await control.scale("echo", None, 1, timeout_s=0.5)
+
+
+async def test_unregister_marks_the_version_removing_first(
+    control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path
+) -> None:
+    await control.register(RegisterOptions(url=archive(tmp_path, "default")))
+    # A worker record that never goes away: unregister waits (bounded), then removes the keys anyway.
+    await redis_client.hset(keys.workers("echo", "2.0"), "9000", "{}")
+    running = asyncio.ensure_future(control.unregister("echo"))
+    await asyncio.sleep(0.3)
+    state = await redis_client.hget(keys.version_config("echo", "2.0"), "state")
+    assert state == VersionState.REMOVING.value.encode()
+    await running
+    assert await redis_client.exists(keys.workers("echo", "2.0")) == 0
+
+
+async def test_unused_model_folders_are_removed_at_startup(
+    control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path
+) -> None:
+    record = await control.register(RegisterOptions(url=archive(tmp_path, "default")))
+    models = tmp_path / "home" / "models"
+    (models / ".staging-abc123").mkdir()
+    (models / ("a" * 32)).mkdir()
+    (models / "not-ours").mkdir()
+    assert await remove_unused_model_dirs(redis_client, models) == 2
+    assert sorted(os.listdir(models)) == sorted([Path(record.model_dir).name, "not-ours"])

@@ -1,0 +1,329 @@
+"""The management domain layer against a real Redis, real (fake) worker processes and the real reconcile
+loop: register / unregister / scale / set-default / list / describe with TorchServe's messages and
+error codes. Operations run through the real OperationRunner, submitted in-process instead of Celery
+(the Celery path is covered by the manager process tests)."""
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from sluice import envelope, keys, registry
+from sluice.envelope import Job, Protocol
+from sluice.errors import ErrorCode, SluiceError
+from sluice_manager.archives import ExtractionLimits
+from sluice_manager.describe_job import DescribeJobs
+from sluice_manager.management import ManagementConfig, ManagementService, RegisterRequest, ScaleRequest
+from sluice_manager.op_runner import OperationRunner, RunnerConfig
+from sluice_manager.registration import RegistrationConfig
+from sluice_manager.removal import RemovalConfig
+from sluice_manager.version_config import ServerDefaults
+
+from tests.integration.manager.conftest import Harness, StartHarness
+from tests.support.eventually import eventually
+from tests.support.models import echo_model, write_mar
+from tests.support.redis_server import RedisServer
+
+FAST = "fake:\n  ttl_s: 1.0\n"
+FAILING = "fake:\n  exit_code: 3\n"
+
+
+@dataclass
+class Api:
+    service: ManagementService
+    redis: "aioredis.Redis"
+    store: Path
+    models_dir: Path
+    harness: Harness
+    tasks: set["asyncio.Task[object]"] = field(default_factory=set)
+
+    def archive(self, name: str, version: str = "1.0", config: str = FAST) -> str:
+        write_mar(echo_model(name, version, config=config), self.store)
+        return f"{name}.mar"
+
+
+@pytest.fixture
+async def api(
+    redis_server: RedisServer, redis_client: "aioredis.Redis", tmp_path: Path, start_harness: StartHarness
+) -> AsyncIterator[Api]:
+    harness = await start_harness()
+    store, models_dir = tmp_path / "store", tmp_path / "home" / "models"
+    store.mkdir()
+    runner = OperationRunner(
+        redis_client,
+        RunnerConfig(
+            RegistrationConfig(store, models_dir, ExtractionLimits(), ServerDefaults(job_queue_size=20), {}),
+            RemovalConfig(models_dir, unregister_timeout_s=10),
+        ),
+        download=None,
+    )
+    holder: Api | None = None
+
+    async def submit(op_id: str) -> None:
+        task = asyncio.create_task(runner.run(op_id))
+        assert holder is not None
+        holder.tasks.add(task)
+
+    service = ManagementService(
+        redis_client,
+        ManagementConfig(host=socket.gethostname(), model_api_enabled=True, poll_interval_s=0.05),
+        submit=submit,
+        describe_jobs=DescribeJobs(redis_client, redis_server.url),
+        wake=harness.reconciler.wake,
+    )
+    holder = Api(service, redis_client, store, models_dir, harness)
+    yield holder
+    await service.aclose()
+    await asyncio.gather(*holder.tasks, return_exceptions=True)
+
+
+async def failure(call: "asyncio.Future[object] | object") -> SluiceError:
+    with pytest.raises(SluiceError) as info:
+        await call  # type: ignore[misc]
+    return info.value
+
+
+async def ready(api: Api, model: str, version: str, count: int) -> bool:
+    return len(await registry.live_workers(api.redis, model, version)) == count
+
+
+async def test_register_with_no_workers_then_list_and_describe(api: Api) -> None:
+    url = api.archive("echo", "2.0")
+    status = await api.service.register(RegisterRequest(url=url))
+    assert (status.message, status.http_status) == (
+        'Model "echo" Version: 2.0 registered with 0 initial workers. '
+        "Use scale workers API to add workers for the model.",
+        200,
+    )
+    assert await api.service.list_models(100, 0) == {
+        "models": [{"modelName": "echo", "modelUrl": "echo.mar"}]
+    }
+    [entry] = await api.service.describe("echo", None)
+    assert (entry["modelVersion"], entry["minWorkers"], entry["workers"]) == ("2.0", 0, [])
+    assert entry["jobQueueStatus"] == {"remainingCapacity": 20, "pendingRequests": 0}
+    assert not await api.redis.scard(keys.OPEN_OPERATIONS)
+
+
+async def test_synchronous_register_waits_for_ready_workers(api: Api) -> None:
+    url = api.archive("echo")
+    status = await api.service.register(RegisterRequest(url=url, initial_workers=2, synchronous=True))
+    assert status.message == 'Model "echo" Version: 1.0 registered with 2 initial workers'
+    assert await ready(api, "echo", "1.0", 2)
+    [entry] = await api.service.describe("echo", "1.0")
+    assert [w["status"] for w in entry["workers"]] == ["READY", "READY"]
+    assert all(w["pid"] > 0 and w["memoryUsage"] > 0 and w["gpuUsage"] == "N/A" for w in entry["workers"])
+
+
+async def test_asynchronous_register_answers_at_once(api: Api) -> None:
+    status = await api.service.register(
+        RegisterRequest(url=api.archive("echo"), initial_workers=1, synchronous=False)
+    )
+    assert (status.message, status.http_status) == ("Processing worker updates...", 202)
+    await eventually(lambda: ready(api, "echo", "1.0", 1), timeout_s=15)
+
+
+async def test_register_errors(api: Api) -> None:
+    url = api.archive("echo")
+    await api.service.register(RegisterRequest(url=url))
+    duplicate = await failure(api.service.register(RegisterRequest(url=url)))
+    assert (duplicate.code, duplicate.message) == (
+        ErrorCode.CONFLICT,
+        "Model version 1.0 is already registered for model echo",
+    )
+    missing = await failure(api.service.register(RegisterRequest(url="")))
+    assert (missing.code, missing.message) == (ErrorCode.INVALID_ARGUMENT, "Parameter url is required.")
+    runtime = await failure(api.service.register(RegisterRequest(url=url, runtime="python4")))
+    assert runtime.message == "Invalid RuntimeType value: python4"
+    absent = await failure(api.service.register(RegisterRequest(url="nope.mar")))
+    assert absent.code is ErrorCode.MODEL_NOT_FOUND
+    outside = await failure(api.service.register(RegisterRequest(url="../../etc/passwd")))
+    assert outside.code is ErrorCode.INVALID_ARGUMENT
+    remote = await failure(api.service.register(RegisterRequest(url="https://example.com/m.mar")))
+    assert remote.code is ErrorCode.INVALID_ARGUMENT
+    # Nothing half-done: one version, one unpacked folder, no staging folder, no open operation.
+    assert len(list(api.models_dir.iterdir())) == 1
+    assert not await api.redis.scard(keys.OPEN_OPERATIONS)
+
+
+async def test_model_api_switch(api: Api) -> None:
+    disabled = ManagementService(
+        api.redis,
+        ManagementConfig(host="h"),
+        submit=api.service._submit,
+        describe_jobs=api.service._describe_jobs,
+    )
+    for call in (disabled.register(RegisterRequest(url="x.mar")), disabled.unregister("x", None)):
+        error = await failure(call)
+        assert (error.code, error.message) == (ErrorCode.MODEL_API_DISABLED, "Model API disabled")
+    assert await disabled.list_models(10, 0) == {"models": []}
+
+
+async def test_scale_up_down_and_errors(api: Api) -> None:
+    await api.service.register(RegisterRequest(url=api.archive("echo")))
+    status = await api.service.scale(ScaleRequest("echo", None, 2, 2, synchronous=True))
+    assert (status.message, status.http_status) == ("Workers scaled to 2 for model: echo", 200)
+    assert await ready(api, "echo", "1.0", 2)
+    status = await api.service.scale(ScaleRequest("echo", "1.0", 1, 1, synchronous=True))
+    assert status.message == "Workers scaled to 1 for model: echo, version: 1.0"
+    assert await ready(api, "echo", "1.0", 1)
+    status = await api.service.scale(ScaleRequest("echo", None, 3, 3))
+    assert (status.message, status.http_status) == ("Processing worker updates...", 202)
+    await eventually(lambda: ready(api, "echo", "1.0", 3), timeout_s=15)
+    bad = await failure(api.service.scale(ScaleRequest("echo", None, 3, 1)))
+    assert (bad.code, bad.message) == (
+        ErrorCode.INVALID_ARGUMENT,
+        "max_worker cannot be less than min_worker.",
+    )
+    unknown = await failure(api.service.scale(ScaleRequest("nope", None, 1, 1)))
+    assert (unknown.code, unknown.message) == (ErrorCode.MODEL_NOT_FOUND, "Model not found: nope")
+    version = await failure(api.service.scale(ScaleRequest("echo", "9.9", 1, 1)))
+    assert version.message == "Model version: 9.9 does not exist for model: echo"
+
+
+async def test_failing_workers_fail_a_synchronous_register_and_unregister_it(api: Api) -> None:
+    url = api.archive("broken", config=FAILING)
+    error = await failure(api.service.register(RegisterRequest(url=url, initial_workers=1, synchronous=True)))
+    assert (error.code, error.message) == (
+        ErrorCode.INTERNAL,
+        "Failed to start workers for model broken version: 1.0",
+    )
+    assert await registry.model_versions(api.redis, "broken") == (None, set())
+    assert list(api.models_dir.iterdir()) == []
+
+
+async def test_versions_default_and_unregister(api: Api) -> None:
+    await api.service.register(RegisterRequest(url=api.archive("echo", "1.0")))
+    await api.service.register(RegisterRequest(url=api.archive("echo", "2.0")))
+    described = await api.service.describe("echo", "all")
+    assert [e["modelVersion"] for e in described] == ["1.0", "2.0"]
+    assert (await api.service.describe("echo", None))[0]["modelVersion"] == "1.0"
+    missing = await failure(api.service.set_default("echo", "7.0"))
+    assert (missing.code, missing.message) == (
+        ErrorCode.VERSION_NOT_FOUND,
+        "Model version 7.0 does not exist for model echo",
+    )
+    status = await api.service.set_default("echo", "2.0")
+    assert status.message == 'Default version successfully updated for model "echo" to "2.0"'
+    assert (await api.service.describe("echo", None))[0]["modelVersion"] == "2.0"
+    refused = await failure(api.service.unregister("echo", "2.0"))
+    assert (refused.code, refused.message) == (
+        ErrorCode.FAILED_PRECONDITION,
+        "Cannot remove default version for model echo",
+    )
+    assert (await api.service.unregister("echo", "1.0")).message == 'Model "echo" unregistered'
+    assert (await api.service.unregister("echo", None)).message == 'Model "echo" unregistered'
+    assert await api.redis.zrange(keys.MODELS, 0, -1) == []
+    gone = await failure(api.service.unregister("echo", None))
+    assert (gone.code, gone.message) == (ErrorCode.MODEL_NOT_FOUND, "Model not found: echo")
+    assert list(api.models_dir.iterdir()) == []
+
+
+async def test_unregister_answers_queued_jobs_and_removes_every_key(api: Api) -> None:
+    await api.service.register(RegisterRequest(url=api.archive("echo"), initial_workers=1, synchronous=True))
+    reply_to = keys.reply_stream("test-gateway")
+    await api.redis.xadd(reply_to, {"x": "1"})
+    for index in range(3):  # the fake worker never reads its stream: these stay queued
+        job = Job(job_id=f"job-{index}", protocol=Protocol.TORCHSERVE_GRPC, reply_to=reply_to)
+        await api.redis.xadd(keys.job_stream("echo", "1.0"), {envelope.FIELD: envelope.encode_job(job)})
+    await api.redis.set(keys.cancel("echo", "1.0", "job-0"), b"1", px=60_000)
+    await api.service.unregister("echo", None)
+    replies = [envelope.decode_reply(f[envelope.FIELD]) for _, f in (await api.redis.xrange(reply_to))[1:]]
+    assert [(r.job_id, r.final, r.error_code, r.status_code) for r in replies] == [
+        (f"job-{i}", True, "MODEL_NOT_FOUND", 404) for i in range(3)
+    ]
+    assert replies[0].message == 'Model "echo" version 1.0 was unregistered'
+    leftovers = [key async for key in api.redis.scan_iter(match="sluice:*echo*")]
+    assert leftovers == []
+    assert not await api.redis.hlen(keys.LAUNCHED_WORKERS)
+
+
+async def test_list_models_pages(api: Api) -> None:
+    for name in ("d", "b", "a", "c"):
+        await api.service.register(RegisterRequest(url=api.archive(name)))
+    first = await api.service.list_models(2, 0)
+    assert first == {
+        "nextPageToken": "2",
+        "models": [{"modelName": "a", "modelUrl": "a.mar"}, {"modelName": "b", "modelUrl": "b.mar"}],
+    }
+    assert (await api.service.list_models(2, 2))["nextPageToken"] == "4"
+    assert await api.service.list_models(2, 4) == {"models": []}
+    assert await api.service.list_models(0, 0) == {"nextPageToken": "0", "models": []}
+    assert len((await api.service.list_models(100, 0))["models"]) == 4
+
+
+async def test_describe_errors_and_kserve_v1_readiness(api: Api) -> None:
+    assert (await failure(api.service.describe("nope", None))).message == "Model not found: nope"
+    await api.service.register(RegisterRequest(url=api.archive("echo")))
+    error = await failure(api.service.describe("echo", "3.0"))
+    assert (error.code, error.message) == (
+        ErrorCode.VERSION_NOT_FOUND,
+        "Model version: 3.0 does not exist for model: echo",
+    )
+    assert await api.service.model_ready("echo") == {"name": "echo", "ready": False}
+    no_worker = await failure(api.service.describe("echo", None, customized=True))
+    assert no_worker.code is ErrorCode.NO_WORKER
+    assert no_worker.message.startswith('Model "echo" has no worker to serve describe request.')
+    await api.service.scale(ScaleRequest("echo", None, 1, 1, synchronous=True))
+    assert await api.service.model_ready("echo") == {"name": "echo", "ready": True}
+
+
+async def test_concurrent_operations_on_one_model_keep_the_invariants(api: Api) -> None:
+    url = api.archive("race", config="fake:\n  ttl_s: 1.0\n")
+    calls = []
+    for index in range(24):
+        kind = index % 3
+        if kind == 0:
+            calls.append(api.service.register(RegisterRequest(url=url, initial_workers=1, synchronous=False)))
+        elif kind == 1:
+            calls.append(api.service.unregister("race", None))
+        else:
+            calls.append(api.service.scale(ScaleRequest("race", None, 2, 2)))
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    allowed = {ErrorCode.CONFLICT, ErrorCode.ABORTED, ErrorCode.MODEL_NOT_FOUND, ErrorCode.VERSION_NOT_FOUND}
+    for outcome in outcomes:
+        assert not isinstance(outcome, SluiceError) or outcome.code in allowed, outcome
+        assert not isinstance(outcome, Exception) or isinstance(outcome, SluiceError), repr(outcome)
+    await asyncio.sleep(1.5)
+    await eventually(lambda: _consistent(api), timeout_s=20)
+
+
+async def _consistent(api: Api) -> bool:
+    """Metadata, workers and files agree: every unpacked folder belongs to a registered version, and
+    workers run only for registered versions, as many as they want."""
+    default, versions = await registry.model_versions(api.redis, "race")
+    records = [await registry.get_version(api.redis, "race", v) for v in versions]
+    dirs = {r.model_dir for r in records if r is not None}
+    on_disk = {str(p) for p in api.models_dir.iterdir()}
+    launched = [json.loads(v) for v in (await api.redis.hgetall(keys.LAUNCHED_WORKERS)).values()]
+    if on_disk != dirs or any(r is None for r in records):
+        return False
+    if not versions:
+        return not launched and default is None
+    live = await registry.live_workers(api.redis, "race", "1.0")
+    record = records[0]
+    assert record is not None
+    return len(live) == record.min_workers == len(launched)
+
+
+async def test_operation_runner_is_idempotent(api: Api, redis_client: "aioredis.Redis") -> None:
+    url = api.archive("echo")
+    await api.service.register(RegisterRequest(url=url))
+    found = [key async for key in redis_client.scan_iter(match="sluice:manager:op:*")]
+    [op_key] = [key for key in found if not key.endswith(b":lease")]
+    op_id = op_key.decode().rsplit(":", 1)[-1]
+    runner = OperationRunner(
+        redis_client,
+        RunnerConfig(
+            RegistrationConfig(api.store, api.models_dir, ExtractionLimits(), ServerDefaults(), {}),
+            RemovalConfig(api.models_dir),
+        ),
+        download=None,
+    )
+    again = await runner.run(op_id)
+    assert again is not None
+    assert (again.state, again.attempts) == ("done", 1)
+    assert len(list(api.models_dir.iterdir())) == 1

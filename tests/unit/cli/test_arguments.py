@@ -1,0 +1,124 @@
+"""The sluice command line: subcommands, TorchServe's spellings, and what reaches the services."""
+
+import os
+from pathlib import Path
+
+import pytest
+from sluice_cli.main import build_parser, normalize
+from sluice_cli.services import StartOptions, redis_command, service_env
+from sluice_cli.settings import CliSettings
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["start", "--foreground"], ["start", "--foreground"]),
+        (["--start", "--model-store", "s"], ["start", "--model-store", "s"]),
+        (["--model-store", "s", "--start"], ["start", "--model-store", "s"]),
+        (["--stop"], ["stop"]),
+        (["stop"], ["stop"]),
+        (["--model-store", "s", "--models", "a.mar"], ["start", "--model-store", "s", "--models", "a.mar"]),
+        ([], []),
+        (["--help"], ["--help"]),
+        (["--version"], ["--version"]),
+    ],
+)
+def test_torchserve_spellings(argv: list[str], expected: list[str]) -> None:
+    assert normalize(argv) == expected
+
+
+def test_start_flags() -> None:
+    args = build_parser().parse_args(
+        normalize(
+            [
+                "--start",
+                "--model-store",
+                "store",
+                "--models",
+                "a.mar",
+                "b=b.mar",
+                "--ts-config",
+                "c.properties",
+                "--ncs",
+                "--foreground",
+                "--dt",
+                "--enable-model-api",
+                "--log-config",
+                "log4j2.xml",
+            ]
+        )
+    )
+    assert args.command == "start"
+    assert args.model_store == Path("store")
+    assert args.models == ["a.mar", "b=b.mar"]
+    assert args.ts_config == Path("c.properties")
+    assert args.ncs
+    assert args.foreground
+    assert args.disable_token_auth
+    assert args.enable_model_api
+    assert args.log_config == "log4j2.xml"
+
+
+def test_long_spellings_of_short_flags() -> None:
+    args = build_parser().parse_args(["start", "--no-config-snapshots", "--disable-token-auth"])
+    assert args.ncs
+    assert args.disable_token_auth
+    assert not args.enable_model_api
+    assert not args.foreground
+
+
+def test_service_env_carries_the_flags(tmp_path: Path) -> None:
+    options = StartOptions(
+        model_store=tmp_path / "store",
+        models="demo=demo.mar",
+        ts_config=tmp_path / "config.properties",
+        disable_token_auth=True,
+        enable_model_api=True,
+    )
+    env = service_env({"PATH": "/bin"}, options, home=tmp_path / "var", redis_url="redis://127.0.0.1:6399/0")
+    assert env["PATH"] == "/bin"
+    assert env["SLUICE_HOME"] == str(tmp_path / "var")
+    assert env["SLUICE_REDIS_URL"] == "redis://127.0.0.1:6399/0"
+    assert env["SLUICE_MODEL_STORE"] == str(tmp_path / "store")
+    assert env["SLUICE_LOAD_MODELS"] == "demo=demo.mar"
+    assert env["SLUICE_TS_CONFIG"] == str(tmp_path / "config.properties")
+    assert env["SLUICE_DISABLE_TOKEN_AUTHORIZATION"] == "true"
+    assert env["SLUICE_ENABLE_MODEL_API"] == "true"
+
+
+def test_service_env_without_flags_sets_only_what_it_must(tmp_path: Path) -> None:
+    env = service_env({}, StartOptions(), home=tmp_path, redis_url="redis://x:1/0")
+    assert set(env) == {"SLUICE_HOME", "SLUICE_REDIS_URL", "PYTHONUNBUFFERED"}
+
+
+def test_private_redis_is_locked_down(tmp_path: Path) -> None:
+    argv = redis_command(6399, tmp_path / "redis")
+    pairs = dict(zip(argv[1::2], argv[2::2], strict=True))
+    assert argv[0] == "redis-server"
+    assert pairs["--port"] == "6399"
+    assert pairs["--bind"] == "127.0.0.1"
+    assert pairs["--protected-mode"] == "yes"
+    assert pairs["--appendonly"] == "yes"
+    assert pairs["--maxmemory-policy"] == "noeviction"
+    assert pairs["--dir"] == str(tmp_path / "redis")
+
+
+def test_cli_settings_from_config_properties(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TS_CONFIG_FILE", "SLUICE_HOME", "SLUICE_EXTERNAL_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "config.properties"
+    config.write_text("grpc_inference_port=17070\nsluice_redis_port=16399\ngrpc_inference_address=0.0.0.0\n")
+    monkeypatch.setenv("SLUICE_TS_CONFIG", str(config))
+    settings = CliSettings()
+    assert settings.grpc_inference_port == 17070
+    assert settings.gateway_target == "127.0.0.1:17070"
+    assert settings.service_redis_url == "redis://127.0.0.1:16399/0"
+    config.write_text("sluice_redis_url=redis://10.1.1.1:6379/2\n")
+    assert CliSettings().service_redis_url == "redis://10.1.1.1:6379/2"
+    monkeypatch.delenv("SLUICE_TS_CONFIG")
+    defaults = CliSettings()
+    assert defaults.gateway_target == "127.0.0.1:7070"
+    assert defaults.service_redis_url == "redis://127.0.0.1:6399/0"
+    assert defaults.home == Path("var")
+    monkeypatch.setenv("SLUICE_HOME", os.fspath(tmp_path / "h"))
+    assert CliSettings().home == tmp_path / "h"

@@ -1,0 +1,61 @@
+"""The runtime folder's pid file and process identity checks."""
+
+import os
+from pathlib import Path
+
+import psutil
+from sluice_cli.children import log_tail
+from sluice_cli.runtime import PidFile, ProcessRef, RuntimeDir, remove_pid_file
+
+
+def me(**changes: object) -> ProcessRef:
+    process = psutil.Process()
+    ref = ProcessRef(name="self", pid=os.getpid(), start_time=process.create_time(), marker="python")
+    return ref.model_copy(update=changes)
+
+
+def test_runtime_layout(tmp_path: Path) -> None:
+    runtime = RuntimeDir.at(tmp_path / "var")
+    runtime.prepare()
+    assert runtime.pid_file == tmp_path / "var" / "sluice.pid"
+    assert runtime.logs.is_dir()
+    assert runtime.redis_data.is_dir()
+    assert runtime.log_file("manager") == tmp_path / "var" / "logs" / "manager.log"
+
+
+def test_pid_file_round_trip(tmp_path: Path) -> None:
+    runtime = RuntimeDir.at(tmp_path)
+    state = PidFile.new(
+        runtime, "redis://127.0.0.1:6399/0", private_redis=True, gateway_target="127.0.0.1:7070"
+    )
+    state.processes.append(me())
+    state.write(runtime.pid_file)
+    loaded = PidFile.read(runtime.pid_file)
+    assert loaded == state
+    assert loaded is not None
+    assert loaded.live() == [me()]
+    assert loaded.get("self") == me()
+    assert loaded.get("nope") is None
+    remove_pid_file(runtime.pid_file)
+    remove_pid_file(runtime.pid_file)
+    assert PidFile.read(runtime.pid_file) is None
+
+
+def test_unreadable_pid_file_counts_as_stale(tmp_path: Path) -> None:
+    path = tmp_path / "sluice.pid"
+    path.write_text("{garbage")
+    assert PidFile.read(path) is None
+
+
+def test_a_reused_pid_is_not_our_process() -> None:
+    assert me().alive()
+    assert not me(start_time=me().start_time - 3600).alive()
+    assert not me(marker="redis-server").alive()
+    assert not me(pid=2**22 + 12345).alive()
+
+
+def test_log_tail(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    path.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert log_tail(path, 3) == ["line 97", "line 98", "line 99"]
+    assert log_tail(tmp_path / "missing.log") == []

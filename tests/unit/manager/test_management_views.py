@@ -1,0 +1,88 @@
+"""TorchServe's management JSON as pure functions: ListModels paging and DescribeModel entries."""
+
+import json
+
+import pytest
+from sluice.records import VersionRecord
+from sluice_manager.model_views import (
+    VersionView,
+    WorkerView,
+    describe_json,
+    model_list,
+    page,
+    pretty,
+    timestamp,
+)
+
+DESCRIBE_ORDER = [
+    "modelName", "modelVersion", "modelUrl", "runtime", "minWorkers", "maxWorkers", "batchSize",
+    "maxBatchDelay", "responseTimeout", "startupTimeout", "maxRetryTimeoutInSec", "clientTimeoutInMills",
+    "parallelType", "parallelLevel", "deviceType", "continuousBatching", "useJobTicket", "useVenv",
+    "stateful", "sequenceMaxIdleMSec", "sequenceTimeoutMSec", "maxNumSequence", "maxSequenceJobQueueSize",
+    "loadedAtStartup", "workers", "jobQueueStatus",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("total", "limit", "token", "expected"),
+    [
+        (4, 2, 0, (0, 2, "2")),
+        (4, 2, 2, (2, 4, "4")),
+        (4, 2, 4, (4, 4, None)),  # offset + limit past the end: no token, empty page
+        (4, 0, 0, (0, 0, "0")),  # gRPC's all-defaults request: an empty page with token "0"
+        (0, 0, 0, (0, 0, "0")),
+        (4, 101, 0, (0, 4, None)),  # above 100 means 100
+        (4, -5, 0, (0, 4, None)),  # negative means 100
+        (4, 2, -3, (0, 2, "2")),  # a negative token means 0
+        (4, 3, 10, (10, 4, None)),  # a token past the end: empty page
+        (150, -1, 0, (0, 100, "100")),
+    ],
+)
+def test_torchserve_paging(total: int, limit: int, token: int, expected: tuple[int, int, str | None]) -> None:
+    window = page(total, limit, token)
+    assert (window.start, window.stop, window.next_token) == expected
+
+
+def test_model_list_shape() -> None:
+    assert model_list([], "0") == {"nextPageToken": "0", "models": []}
+    body = model_list([("a", "a.mar")], None)
+    assert list(body) == ["models"]
+    assert body["models"] == [{"modelName": "a", "modelUrl": "a.mar"}]
+    assert json.loads(pretty(body)) == body
+    assert pretty({"a": [1]}) == '{\n  "a": [\n    1\n  ]\n}'
+
+
+def record(**fields: object) -> VersionRecord:
+    base: dict[str, object] = {
+        "model_name": "echo", "version": "2.0", "model_url": "echo.mar", "model_dir": "/x",
+        "handler": "handler.py", "job_queue_size": 10,
+    }  # fmt: skip
+    return VersionRecord.model_validate({**base, **fields})
+
+
+def test_describe_entry_order_and_values() -> None:
+    workers = (
+        WorkerView("9000", True, 11, 1_700_000_000_123, 1024, False),
+        WorkerView("9001", False, 12, 1_700_000_000_000),
+    )
+    entry = describe_json(VersionView(record(min_workers=2, max_workers=3), workers, pending_jobs=4))
+    assert list(entry) == DESCRIBE_ORDER
+    assert entry["jobQueueStatus"] == {"remainingCapacity": 6, "pendingRequests": 4}
+    assert entry["workers"][0] == {
+        "id": "9000", "startTime": "2023-11-14T22:13:20.123Z", "status": "READY", "memoryUsage": 1024,
+        "pid": 11, "gpu": False, "gpuUsage": "N/A",
+    }  # fmt: skip
+    assert entry["workers"][1]["status"] == "UNLOADING"
+    assert (entry["minWorkers"], entry["maxWorkers"], entry["deviceType"]) == (2, 3, "cpu")
+
+
+def test_describe_customized_metadata_comes_last() -> None:
+    entry = describe_json(VersionView(record(), (), pending_jobs=20), {"labels": 3})
+    assert list(entry)[-1] == "customizedMetadata"
+    assert entry["customizedMetadata"] == {"labels": 3}
+    assert entry["jobQueueStatus"]["remainingCapacity"] == 0
+
+
+def test_timestamp_is_torchserve_format_in_utc() -> None:
+    assert timestamp(0) == "1970-01-01T00:00:00.000Z"
+    assert timestamp(1_000_000_000_007) == "2001-09-09T01:46:40.007Z"

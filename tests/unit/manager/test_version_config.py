@@ -1,0 +1,230 @@
+"""TorchServe's precedence rules for a version's settings (torchserve.md section 5.3)."""
+
+from typing import Any
+
+import pytest
+from sluice.errors import ErrorCode, SluiceError
+from sluice.records import BatchPolicy, VersionRecord
+from sluice_manager.manifest import ArchiveContents, Manifest, ManifestModel
+from sluice_manager.version_config import (
+    ModelsJson,
+    RegisterOptions,
+    ServerDefaults,
+    build_record,
+    default_model_name,
+    parse_models_json,
+)
+
+DEFAULTS = ServerDefaults()
+
+
+def contents(yaml: dict[str, Any] | None = None, **model: Any) -> ArchiveContents:
+    fields = {"model_name": "m", "model_version": "1.0", "handler": "h.py", **model}
+    return ArchiveContents(Manifest(model=ManifestModel(**fields)), yaml or {})
+
+
+def record(
+    options: RegisterOptions | None = None,
+    yaml: dict[str, Any] | None = None,
+    models_json: ModelsJson | None = None,
+    defaults: ServerDefaults = DEFAULTS,
+    **model: Any,
+) -> VersionRecord:
+    return build_record(
+        options or RegisterOptions(url="m.mar"),
+        contents(yaml, **model),
+        models_json or {},
+        defaults,
+        model_dir="/runtime/models/x",
+        handler="h.py",
+        now_unix_ms=5,
+    )
+
+
+def json_for(**conf: Any) -> ModelsJson:
+    return {"m": {"1.0": conf}}
+
+
+def test_defaults() -> None:
+    r = record()
+    assert (r.model_name, r.version, r.model_url, r.model_dir, r.handler) == (
+        "m", "1.0", "m.mar", "/runtime/models/x", "h.py",
+    )  # fmt: skip
+    assert (r.batch_size, r.max_batch_delay_ms, r.batch_policy) == (1, 100, BatchPolicy.FILL)
+    assert (r.response_timeout_s, r.startup_timeout_s) == (120, 120)
+    assert (r.min_workers, r.max_workers, r.job_queue_size, r.max_retry_timeout_s) == (0, 0, 100, 300)
+    assert (r.client_timeout_ms, r.device_type, r.loaded_at_startup, r.registered_unix_ms) == (
+        0,
+        "cpu",
+        False,
+        5,
+    )
+    assert r.runtime == "python"
+    assert r.envelope == ""
+
+
+@pytest.mark.parametrize(
+    ("explicit", "yaml", "json_value", "expected"),
+    [
+        (8, 4, 2, 8),
+        (None, 4, 2, 4),
+        (None, None, 2, 2),
+        (None, None, None, 1),
+        (None, 0, 2, 2),  # non-positive values are not set values
+        (0, None, None, 1),
+    ],
+)
+def test_batch_size_explicit_then_yaml_then_models_json_then_default(
+    explicit: int | None, yaml: int | None, json_value: int | None, expected: int
+) -> None:
+    options = RegisterOptions(url="m.mar", batch_size=explicit)
+    yaml_conf = {} if yaml is None else {"batchSize": yaml}
+    models_json = json_for() if json_value is None else json_for(batchSize=json_value)
+    assert record(options, yaml_conf, models_json).batch_size == expected
+
+
+@pytest.mark.parametrize(
+    ("explicit", "yaml", "json_value", "expected"),
+    [(5, 50, 500, 5), (None, 50, 500, 50), (None, None, 500, 500), (None, -1, 500, 500), (None, 0, 7, 0)],
+)
+def test_max_batch_delay_precedence(
+    explicit: int | None, yaml: int | None, json_value: int | None, expected: int
+) -> None:
+    options = RegisterOptions(url="m.mar", max_batch_delay_ms=explicit)
+    yaml_conf = {} if yaml is None else {"maxBatchDelay": yaml}
+    assert record(options, yaml_conf, json_for(maxBatchDelay=json_value)).max_batch_delay_ms == expected
+
+
+@pytest.mark.parametrize(
+    ("yaml", "json_value", "explicit", "expected"),
+    [(10, 20, 30, 10), (None, 20, 30, 20), (None, None, 30, 30), (None, None, None, 77), (0, None, 30, 30)],
+)
+@pytest.mark.parametrize(
+    ("key", "field", "option", "default_field"),
+    [
+        ("responseTimeout", "response_timeout_s", "response_timeout_s", "default_response_timeout_s"),
+        ("startupTimeout", "startup_timeout_s", "startup_timeout_s", "default_startup_timeout_s"),
+    ],
+)
+def test_timeouts_yaml_then_models_json_then_explicit_then_default(
+    yaml: int | None,
+    json_value: int | None,
+    explicit: int | None,
+    expected: int,
+    key: str,
+    field: str,
+    option: str,
+    default_field: str,
+) -> None:
+    options = RegisterOptions(url="m.mar", **{option: explicit})
+    yaml_conf = {} if yaml is None else {key: yaml}
+    models_json = json_for() if json_value is None else json_for(**{key: json_value})
+    defaults = ServerDefaults(**{default_field: 77})
+    assert getattr(record(options, yaml_conf, models_json, defaults), field) == expected
+
+
+def test_yaml_workers_win_when_valid() -> None:
+    r = record(
+        RegisterOptions(url="m.mar", initial_workers=5, at_startup=True), {"minWorkers": 2, "maxWorkers": 3}
+    )
+    assert (r.min_workers, r.max_workers) == (2, 3)
+
+
+@pytest.mark.parametrize("yaml", [{"minWorkers": 0, "maxWorkers": 3}, {"minWorkers": 3, "maxWorkers": 2}, {}])
+def test_invalid_yaml_workers_are_ignored(yaml: dict[str, int]) -> None:
+    r = record(RegisterOptions(url="m.mar", at_startup=True), yaml)
+    assert (r.min_workers, r.max_workers) == (1, 1)
+
+
+def test_startup_models_get_one_worker_when_default_workers_is_zero() -> None:
+    # TorchServe would start one worker per CPU core: the laptop-OOM trap (torchserve.md section 8 row 10).
+    r = record(RegisterOptions(url="m.mar", at_startup=True))
+    assert (r.min_workers, r.max_workers, r.loaded_at_startup) == (1, 1, True)
+
+
+def test_startup_models_follow_default_workers_and_models_json() -> None:
+    defaults = ServerDefaults(default_workers_per_model=3)
+    assert record(RegisterOptions(url="m.mar", at_startup=True), defaults=defaults).min_workers == 3
+    r = record(
+        RegisterOptions(url="m.mar", at_startup=True), {}, json_for(minWorkers=2, maxWorkers=4), defaults
+    )
+    assert (r.min_workers, r.max_workers) == (2, 4)
+
+
+def test_registered_models_start_no_worker_by_default() -> None:
+    assert (record().min_workers, record().max_workers) == (0, 0)
+    r = record(RegisterOptions(url="m.mar", initial_workers=2))
+    assert (r.min_workers, r.max_workers) == (2, 2)
+    defaults = ServerDefaults(default_workers_per_model=2)
+    assert record(defaults=defaults).min_workers == 2
+
+
+def test_yaml_only_settings_and_custom_keys() -> None:
+    yaml = {
+        "jobQueueSize": 7,
+        "maxRetryTimeoutInSec": 30,
+        "clientTimeoutInMills": 2500,
+        "batchPolicy": "eager",
+        "handler": {"threshold": 0.5},
+        "custom": [1, 2],
+    }
+    r = record(yaml=yaml)
+    assert (r.job_queue_size, r.max_retry_timeout_s, r.client_timeout_ms) == (7, 30, 2500)
+    assert r.batch_policy is BatchPolicy.EAGER
+    assert r.model_yaml_config == yaml
+
+
+def test_job_queue_size_falls_back_to_the_server_setting() -> None:
+    assert record(yaml={"jobQueueSize": 0}, defaults=ServerDefaults(job_queue_size=9)).job_queue_size == 9
+
+
+def test_gpu_only_when_gpus_are_configured() -> None:
+    assert record(yaml={"deviceType": "gpu"}).device_type == "cpu"
+    assert record(yaml={"deviceType": "gpu"}, defaults=ServerDefaults(number_of_gpu=2)).device_type == "gpu"
+
+
+def test_names_and_envelope() -> None:
+    assert record(RegisterOptions(url="m.mar", model_name="other")).model_name == "other"
+    assert record(model_name=None).model_name == "m"
+    assert record(RegisterOptions(url="sub/x.tar.gz"), model_name=None).model_name == "x"
+    assert record(envelope="kserve").envelope == "kserve"
+    assert record(defaults=ServerDefaults(service_envelope="json")).envelope == "json"
+    assert record(RegisterOptions(url="m.mar", runtime="python3")).runtime == "python3"
+
+
+@pytest.mark.parametrize(("name", "version"), [("../x", "1.0"), ("m", "1/0"), ("m{x}", "1.0"), ("m", "a:b")])
+def test_invalid_names_are_refused(name: str, version: str) -> None:
+    with pytest.raises(SluiceError) as info:
+        record(RegisterOptions(url="m.mar", model_name=name), model_version=version)
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("yaml", [{"batchSize": "4"}, {"minWorkers": True}, {"batchPolicy": "greedy"}])
+def test_wrongly_typed_yaml_is_refused(yaml: dict[str, Any]) -> None:
+    with pytest.raises(SluiceError) as info:
+        record(yaml=yaml)
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_models_json_parsing() -> None:
+    text = (
+        '{"noop": {"1.0": {"defaultVersion": true, "marName": "noop.mar", "minWorkers": 1, "batchSize": 4}}}'
+    )
+    assert parse_models_json(text)["noop"]["1.0"]["batchSize"] == 4
+    assert parse_models_json("") == {}
+    for bad in ("[1]", '{"a": 1}', '{"a": {"1.0": 3}}', "{"):
+        with pytest.raises(ValueError):  # noqa: PT011
+            parse_models_json(bad)
+
+
+def test_models_json_with_wrong_types_is_refused() -> None:
+    with pytest.raises(SluiceError):
+        record(models_json=json_for(batchSize="4"))
+
+
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [("a.mar", "a"), ("dir/b.tar.gz", "b"), ("c.model", "c"), ("folder/", "folder"), ("x", "x")],
+)
+def test_default_model_name(url: str, name: str) -> None:
+    assert default_model_name(url) == name
