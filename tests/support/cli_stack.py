@@ -1,0 +1,152 @@
+"""The whole of Sluice as `sluice start` runs it (private redis-server, manager, gateway, workers), in a
+temporary folder with free ports, for end-to-end and compatibility tests.
+
+Imports none of Sluice's generated protobuf modules: the compat tier uses this beside TorchServe's own.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from tests.support.redis_server import free_port
+
+SLUICE = Path(sys.executable).parent / "sluice"
+START_TIMEOUT_S = 240
+
+
+@dataclass
+class Stack:
+    root: Path
+    grpc_port: int
+    management_port: int
+    http_port: int
+    management_http_port: int
+    metrics_port: int
+    redis_port: int
+
+    @classmethod
+    def create(cls, root: Path, extra_properties: str = "") -> "Stack":
+        stack = cls(root, *(free_port() for _ in range(6)))
+        (root / "store").mkdir(parents=True, exist_ok=True)
+        (root / "config.properties").write_text(
+            f"grpc_inference_port={stack.grpc_port}\n"
+            f"grpc_management_port={stack.management_port}\n"
+            f"inference_address=http://127.0.0.1:{stack.http_port}\n"
+            f"management_address=http://127.0.0.1:{stack.management_http_port}\n"
+            f"metrics_address=http://127.0.0.1:{stack.metrics_port}\n"
+            f"sluice_redis_port={stack.redis_port}\n"
+            "sluice_worker_stop_timeout_s=10\n" + extra_properties
+        )
+        return stack
+
+    @property
+    def store(self) -> Path:
+        return self.root / "store"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "var"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def sluice(self, *args: str, timeout_s: float = START_TIMEOUT_S) -> "subprocess.CompletedProcess[str]":
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") and k != "TS_CONFIG_FILE"}
+        return subprocess.run(
+            [str(SLUICE), *args],
+            cwd=self.root,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+    def start(self, models: Iterable[str] = ("all",), *flags: str) -> None:
+        started = self.sluice(
+            "start", "--model-store", "store", "--models", ",".join(models), "--disable-token-auth", *flags
+        )
+        if started.returncode != 0:
+            raise RuntimeError(f"sluice start failed:\n{started.stdout}\n{started.stderr}")
+
+    def stop(self) -> None:
+        if (self.home / "sluice.pid").exists():
+            self.sluice("stop", timeout_s=120)
+
+    def redis(self) -> "redis.Redis":
+        return redis.Redis(port=self.redis_port, socket_timeout=5)
+
+    def redis_pid(self) -> int:
+        processes = json.loads((self.home / "sluice.pid").read_text())["processes"]
+        return next(int(p["pid"]) for p in processes if p["name"] == "redis")
+
+    def worker_pids(self, model: str, version: str = "1.0") -> dict[str, int]:
+        """Worker id -> pid of the workers that announced themselves for a version."""
+        client = self.redis()
+        try:
+            raw = client.hgetall(f"sluice:{{{model}:{version}}}:workers")
+        finally:
+            client.close()
+        return {key.decode(): int(json.loads(value)["pid"]) for key, value in raw.items()}
+
+    def model_dir(self, model: str, version: str = "1.0") -> Path:
+        client = self.redis()
+        try:
+            record = client.hget(f"sluice:{{{model}:{version}}}:config", "record")
+        finally:
+            client.close()
+        assert record is not None, f"{model} {version} is not registered"
+        return Path(json.loads(record)["model_dir"])
+
+    def wait_for_workers(
+        self, model: str, count: int, *, exclude: set[int] = frozenset(), timeout_s: float = 60
+    ) -> dict[str, int]:
+        """Wait until ``count`` workers (none of whose pids is in ``exclude``) are READY."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pids = {wid: pid for wid, pid in self.worker_pids(model).items() if pid not in exclude}
+            if len(pids) >= count:
+                return pids
+            time.sleep(0.2)
+        raise TimeoutError(f"{model}: {count} new worker(s) not READY within {timeout_s} s")
+
+    def kill_redis(self) -> None:
+        os.kill(self.redis_pid(), signal.SIGKILL)
+
+    def restart_redis(self, pid_to_wait: int) -> "subprocess.Popen[bytes]":
+        """Start redis-server again on the same port and data folder (as an operator or init system
+        would); the caller stops the returned process."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(pid_to_wait):
+            time.sleep(0.05)
+        args = [
+            "redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+            "--dir", str(self.home / "redis"), "--appendonly", "yes", "--save", "",
+        ]  # fmt: skip
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis(port=self.redis_port, socket_timeout=0.5).ping():
+                    return process
+            except redis.RedisError:
+                time.sleep(0.05)
+        process.kill()
+        raise RuntimeError("redis-server did not come back")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
