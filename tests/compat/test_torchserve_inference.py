@@ -140,12 +140,12 @@ def test_stream_predictions2_answers_in_stream_and_keeps_it_open(
     requests.put(pb.PredictionsRequest(model_name="echo", sequence_id="seq-1", input={"data": b"after"}))
     requests.put(None)
     responses = list(client.StreamPredictions2(iter(requests.get, None), timeout=30))  # type: ignore[attr-defined]
+    # One response per request; an in-stream error does not wait for the jobs admitted before it.
     assert len(responses) == 3
-    assert responses[0].prediction == b"seq-1"
-    missing = responses[1]
-    assert missing.HasField("status")
-    assert missing.status.code == 13
-    assert missing.status.message == "Parameter sequenceId is required."
+    errors = [r for r in responses if r.HasField("status")]
+    assert [r.prediction for r in responses if not r.HasField("status")] == [b"seq-1", b"after"]
+    assert len(errors) == 1
+    assert errors[0].status.code == 13
+    assert errors[0].status.message == "Parameter sequenceId is required."
     info = error_details_pb2.ErrorInfo()
-    assert missing.status.details[0].Unpack(info)
-    assert responses[2].prediction == b"after"
+    assert errors[0].status.details[0].Unpack(info)

@@ -4,6 +4,7 @@ worker processes, the demo model, free ports chosen through config.properties.""
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -50,6 +51,15 @@ class Site:
             timeout=timeout_s,
         )
 
+    @property
+    def key_file(self) -> Path:
+        """Where the manager writes the token keys: the folder `sluice start` ran in, as TorchServe."""
+        return self.root / "key_file.json"
+
+    def inference_metadata(self) -> tuple[tuple[str, str]]:
+        key = json.loads(self.key_file.read_text())["inference"]["key"]
+        return (("authorization", f"Bearer {key}"),)
+
     def pid_file(self) -> dict[str, object]:
         loaded: dict[str, object] = json.loads((self.home / "sluice.pid").read_text())
         return loaded
@@ -79,6 +89,9 @@ def site(tmp_path: Path) -> Iterator[Site]:
     (tmp_path / "config.properties").write_text(
         f"grpc_inference_port={built.grpc_port}\n"
         f"grpc_management_port={free_port()}\n"
+        f"management_address=http://127.0.0.1:{free_port()}\n"
+        f"inference_address=http://127.0.0.1:{free_port()}\n"
+        f"metrics_address=http://127.0.0.1:{free_port()}\n"
         f"sluice_redis_port={built.redis_port}\n"
         "sluice_worker_stop_timeout_s=10\n"
     )
@@ -109,11 +122,13 @@ def serving(port: int) -> bool:
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-def predict(port: int, data: bytes) -> str:
+def predict(port: int, data: bytes, metadata: tuple[tuple[str, str], ...] = ()) -> str:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = inference_grpc.InferenceAPIsServiceStub(channel)
         reply = stub.Predictions(
-            inference_pb2.PredictionsRequest(model_name="demo", input={"data": data}), timeout=30
+            inference_pb2.PredictionsRequest(model_name="demo", input={"data": data}),
+            metadata=metadata,
+            timeout=30,
         )
     return str(reply.prediction.decode())
 
@@ -130,7 +145,14 @@ def test_start_serve_stop_leaves_nothing_running(site: Site) -> None:
     assert "Traceback" not in started.stderr
 
     assert serving(site.grpc_port)
-    answer = json.loads(predict(site.grpc_port, b"[5.1, 3.5, 1.4, 0.2]"))
+    # Token authorization is on by default: key_file.json (0600) in the folder `sluice start` ran in.
+    assert stat.S_IMODE(site.key_file.stat().st_mode) == 0o600
+    assert set(json.loads(site.key_file.read_text())) == {"management", "inference", "API"}
+    assert str(site.key_file) in out
+    with pytest.raises(grpc.RpcError) as refused:
+        predict(site.grpc_port, b"[5.1, 3.5, 1.4, 0.2]")
+    assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    answer = json.loads(predict(site.grpc_port, b"[5.1, 3.5, 1.4, 0.2]", site.inference_metadata()))
     assert answer["label"] in {"setosa", "versicolor", "virginica"}
     assert len(answer["probabilities"]) == 3
 
@@ -145,6 +167,7 @@ def test_start_serve_stop_leaves_nothing_running(site: Site) -> None:
     assert "Sluice stopped." in stopped.stdout
     assert wait_dead(pids) == []
     assert not (site.home / "sluice.pid").exists()
+    assert not site.key_file.exists()  # deleted at stop, as TorchServe does
     assert site.run("stop").stdout.strip() == "Sluice is not running."
 
 

@@ -32,6 +32,7 @@ from sluice_gateway.reply_bus import ReplyBus
 from sluice_gateway.reply_stream import ReplyStreamKeeper
 from sluice_gateway.rest_api.listeners import inference_listener, metrics_listener
 from sluice_gateway.rest_api.server import HttpListener, stop_all
+from sluice_gateway.security import gateway_security, warn_exposure
 from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.v2_service import V2Service
 
@@ -110,7 +111,8 @@ class Gateway:
             interval_s=settings.health_check_interval_s,
         )
         if settings.enable_reflection:
-            add_reflection(self.server, services)
+            # TorchServe's OIP name has no descriptor in our pool: reflection lists the standard name.
+            add_reflection(self.server, [torchserve.SERVICE_NAME, kserve.SERVICE_NAME])
         self.port = self.server.add_insecure_port(settings.bind_address)
         self._keeper = ReplyStreamKeeper(
             self.redis,
@@ -188,12 +190,18 @@ class Gateway:
 
 
 async def serve(settings: GatewaySettings) -> None:
-    """Run a gateway until SIGTERM or SIGINT, then shut it down gracefully."""
-    gateway = Gateway(settings)
+    """Run a gateway until SIGTERM or SIGINT, then shut it down gracefully. Token authorization (on
+    unless disabled) is wired in here, through the interceptor and middleware seams."""
+    security = gateway_security(settings)
+    gateway = Gateway(
+        settings, interceptors=security.interceptors, rest_middlewares=security.rest_middlewares
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    warn_exposure(settings)
     await gateway.start()
     await stop.wait()
     await gateway.stop()
+    await security.aclose()

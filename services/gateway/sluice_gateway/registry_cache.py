@@ -6,7 +6,6 @@ Concurrent misses for one model share a single load.
 """
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +21,7 @@ from sluice.records import VersionRecord
 
 from sluice_gateway.backoff import Backoff
 from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
+from sluice_gateway.tasks import cancel_and_wait
 
 log = get_logger(__name__)
 
@@ -150,9 +150,7 @@ class RegistryEvents:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:

@@ -8,7 +8,6 @@ is reset.
 """
 
 import asyncio
-import contextlib
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -19,6 +18,7 @@ from sluice.errors import SluiceError
 from sluice.log import get_logger
 
 from sluice_gateway.backoff import Backoff
+from sluice_gateway.tasks import cancel_and_wait
 from sluice_gateway.waiters import StreamWaiter, UnaryWaiter, Waiter
 
 log = get_logger(__name__)
@@ -103,9 +103,7 @@ class ReplyBus:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:

@@ -6,7 +6,6 @@ flight lost its reply path, so their calls fail at once with UNAVAILABLE instead
 """
 
 import asyncio
-import contextlib
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -16,6 +15,7 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 
 from sluice_gateway.reply_bus import ReplyBus
+from sluice_gateway.tasks import cancel_and_wait
 
 log = get_logger(__name__)
 
@@ -68,9 +68,7 @@ class ReplyStreamKeeper:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:

@@ -4,7 +4,7 @@ import secrets
 from typing import ClassVar
 
 from pydantic import Field, PositiveFloat, PositiveInt
-from sluice.settings import CommonSettings
+from sluice.auth_settings import AuthSettings
 
 # Gateway ids end up inside Redis keys ({gw:<id>}), so they use a key-safe alphabet.
 GATEWAY_ID_PATTERN = r"^[A-Za-z0-9_\-.]{1,64}$"
@@ -14,9 +14,11 @@ def _random_gateway_id() -> str:
     return secrets.token_hex(6)
 
 
-class GatewaySettings(CommonSettings):
+class GatewaySettings(AuthSettings):
+    """Token authorization (on by default) comes from :class:`AuthSettings`."""
+
     TS_KEYS: ClassVar[dict[str, str]] = {
-        **CommonSettings.TS_KEYS,
+        **AuthSettings.TS_KEYS,
         "grpc_inference_address": "grpc_inference_address",
         "grpc_inference_port": "grpc_inference_port",
         "max_request_size": "max_request_size",

@@ -24,6 +24,13 @@ class ErrorCode(enum.Enum):
     CONFLICT = "CONFLICT"
     # The call is valid but this server does not do it (e.g. unary ModelInfer on a decoupled model).
     NOT_IMPLEMENTED = "NOT_IMPLEMENTED"
+    # Register/unregister while enable_model_api is off (TorchServe: REST 405, gRPC PERMISSION_DENIED).
+    MODEL_API_DISABLED = "MODEL_API_DISABLED"
+    # Another management operation holds the model (per-model lock): retry later.
+    ABORTED = "ABORTED"
+    # The call is valid but the model's state forbids it (removing the default version while
+    # other versions exist: TorchServe's InvalidModelVersionException, REST 403).
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
     INTERNAL = "INTERNAL"
 
 
@@ -43,6 +50,9 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.PERMISSION_DENIED: 403,
     ErrorCode.CONFLICT: 409,
     ErrorCode.NOT_IMPLEMENTED: 501,
+    ErrorCode.MODEL_API_DISABLED: 405,
+    ErrorCode.ABORTED: 409,
+    ErrorCode.FAILED_PRECONDITION: 403,
     ErrorCode.INTERNAL: 500,
 }
 
@@ -63,6 +73,11 @@ EXCEPTION_CLASS: dict[ErrorCode, str] = {
     ErrorCode.PERMISSION_DENIED: "org.pytorch.serve.http.InvalidKeyException",
     ErrorCode.CONFLICT: "org.pytorch.serve.http.ConflictStatusException",
     ErrorCode.NOT_IMPLEMENTED: "org.pytorch.serve.http.MethodNotAllowedException",
+    # gRPC details name ModelException, as TorchServe's; REST bodies say MethodNotAllowedException
+    # (sluice.status_map.rest_error_type).
+    ErrorCode.MODEL_API_DISABLED: "org.pytorch.serve.archive.model.ModelException",
+    ErrorCode.ABORTED: "org.pytorch.serve.http.ConflictStatusException",
+    ErrorCode.FAILED_PRECONDITION: "org.pytorch.serve.http.InvalidModelVersionException",
     ErrorCode.INTERNAL: "org.pytorch.serve.http.InternalServerException",
 }
 

@@ -84,3 +84,39 @@ LAUNCHED_WORKERS = f"{PREFIX}:manager:launched"
 RESTARTS = f"{PREFIX}:manager:restarts"
 # The manager's startup report (records.StartupReport); `sluice start` waits on it.
 STARTUP_REPORT = f"{PREFIX}:manager:startup"
+
+
+def model_lock(model: str) -> str:
+    """Per-model lock of the management API (register/unregister/scale/set-default of one model)."""
+    return f"{PREFIX}:manager:lock:{model}"
+
+
+def operation(op_id: str) -> str:
+    """A control-plane operation (register, unregister) run as a Celery task: its JSON state."""
+    return f"{PREFIX}:manager:op:{op_id}"
+
+
+def operation_lease(op_id: str) -> str:
+    """Held (with a TTL, renewed) by the task running the operation: a missing lease means nobody does."""
+    return f"{PREFIX}:manager:op:{op_id}:lease"
+
+
+# Set of operation ids not finished yet (a restarted manager resubmits those nobody runs).
+OPEN_OPERATIONS = f"{PREFIX}:manager:ops:open"
+# Key prefix of the manager's Celery broker (kombu `global_keyprefix`) on the same Redis.
+CELERY_PREFIX = f"{PREFIX}:celery:"
+
+
+def manager_replies(call_id: str) -> str:
+    """Reply stream of one manager call that sends a job to a worker (customized describe)."""
+    return f"{PREFIX}:{{mgr:{call_id}}}:replies"
+
+
+def version_keys_pattern(model: str, version: str) -> str:
+    """SCAN pattern of every key of one model version (heartbeats and cancel flags included)."""
+    return f"{_version_tag(model, version)}:*"
+
+
+# Token authorization (sluice.auth_store): hash kind -> SHA-256 digest of its key, plus
+# "<kind>_expires_ms". Written by the manager (startup, POST /token); read by every API process.
+AUTH_KEYS = f"{PREFIX}:auth:keys"

@@ -24,6 +24,9 @@ _BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.CONFLICT: grpc.StatusCode.ALREADY_EXISTS,
     ErrorCode.NOT_IMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorCode.MODEL_API_DISABLED: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorCode.ABORTED: grpc.StatusCode.ABORTED,
+    ErrorCode.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -76,6 +79,10 @@ def rest_status(error: SluiceError) -> int:
     return error.http_status
 
 
+# REST error types that differ from the gRPC details' exception class.
+_REST_TYPE: dict[ErrorCode, str] = {ErrorCode.MODEL_API_DISABLED: "MethodNotAllowedException"}
+
+
 def rest_error_type(error: SluiceError) -> str:
     """The ``type`` of a TorchServe REST error body: the Java exception's simple name."""
-    return error.exception_class.rsplit(".", 1)[-1]
+    return _REST_TYPE.get(error.code) or error.exception_class.rsplit(".", 1)[-1]

@@ -135,6 +135,8 @@ async def _start(
         torch_thread=torch_thread,
         service=service,
         stopping=stop,
+        tensors=record.tensors,
+        decode_input_request=settings.decode_input_request,
     )
     await until_done(presence.announce, "announce READY")
     log.info(
@@ -162,6 +164,7 @@ async def _load(
         envelope=record.envelope,
         choice=choice,
         torch_threads=settings.torch_threads,
+        tensors=record.tensors,
     )
     started = time.monotonic()
     try:

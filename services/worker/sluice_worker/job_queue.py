@@ -51,6 +51,7 @@ class JobQueue:
         self._blocking = blocking
         self.stream = keys.job_stream(model, version)
         self._dead_letters = keys.dead_letters(model, version)
+        self._batch_sizes = keys.batch_sizes(model, version)
         self._model, self._version = model, version
         self.consumer = consumer
 
@@ -111,10 +112,15 @@ class JobQueue:
         outgoing: Sequence[Outgoing],
         entry_ids: Sequence[bytes],
         dead_letters: Sequence[DeadLetter] = (),
+        *,
+        batch_size: int = 0,
     ) -> None:
-        """Send the replies, dead-letter, then ack and delete the entries: one pipeline."""
+        """Send the replies, dead-letter, then ack and delete the entries: one pipeline. A handler
+        call of ``batch_size`` jobs is counted in the version's batch-size histogram (metrics)."""
         async with self._redis.pipeline(transaction=False) as pipe:
             self._queue_replies(pipe, outgoing)
+            if batch_size:
+                pipe.hincrby(self._batch_sizes, str(batch_size), 1)
             for letter in dead_letters:
                 fields: dict[FieldT, EncodableT] = {key: value for key, value in letter.fields.items()}
                 fields.update({"reason": letter.reason, "deliveries": letter.deliveries, "by": self.consumer})

@@ -7,18 +7,25 @@ the handler's ``data`` list and the per-row request headers (see docs/design.md,
 """
 
 from collections.abc import Callable
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from google.protobuf.message import DecodeError
 from sluice.envelope import Job, Protocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
+from sluice.v2_declaration import ModelTensors
+
+from sluice_worker.rest_request import rest_parameters
+from sluice_worker.v2_protocol import V2Protocol
+
+NO_TENSORS = ModelTensors()
 
 
 class TsParameter(TypedDict):
     name: str
     contentType: str
-    value: bytearray
+    # bytearray for TorchServe gRPC; a dict (JSON body) or arrays for KServe v2.
+    value: Any
 
 
 class TsHeader(TypedDict):
@@ -70,21 +77,33 @@ _EXTRA_HEADERS: dict[Protocol.ValueType, dict[str, str]] = {
 
 _PAYLOAD: dict[Protocol.ValueType, Callable[[bytes], bytes]] = {
     Protocol.TORCHSERVE_GRPC: _prediction_response,
+    # TorchServe REST: the body as the handler serialized it.
+    Protocol.TORCHSERVE_REST: _raw,
     Protocol.DESCRIBE: _raw,
 }
 
 
-def handler_request(job: Job) -> TsRequest:
-    """The TorchServe request for ``job`` (request id = job id), or the client error it deserves."""
-    build = _PARAMETERS.get(job.protocol)
-    if build is None:
-        raise SluiceError(
-            ErrorCode.INTERNAL, f"This worker does not serve {_protocol_name(job.protocol)} jobs."
-        )
-    headers = {**_EXTRA_HEADERS.get(job.protocol, {}), **job.headers}
+def handler_request(
+    job: Job, tensors: ModelTensors = NO_TENSORS, *, decode_input_request: bool = True
+) -> TsRequest:
+    """The TorchServe request for ``job`` (request id = job id), or the client error it deserves.
+    ``tensors``: the model's KServe v2 declaration (rows of v2 jobs depend on it).
+    ``decode_input_request``: TorchServe's setting (REST JSON/text bodies reach the handler decoded)."""
+    if job.protocol == Protocol.KSERVE_GRPC:
+        parameters, extra_headers = V2Protocol(tensors).row(job)
+    elif job.protocol == Protocol.TORCHSERVE_REST:
+        parameters, extra_headers = list(rest_parameters(job, decode=decode_input_request)), {}
+    else:
+        build = _PARAMETERS.get(job.protocol)
+        if build is None:
+            raise SluiceError(
+                ErrorCode.INTERNAL, f"This worker does not serve {_protocol_name(job.protocol)} jobs."
+            )
+        parameters, extra_headers = build(job), _EXTRA_HEADERS.get(job.protocol, {})
+    headers = {**extra_headers, **job.headers}
     return {
         "requestId": job.job_id.encode("utf-8"),
-        "parameters": build(job),
+        "parameters": parameters,
         "headers": [
             {"name": key.encode("utf-8"), "value": value.encode("utf-8")} for key, value in headers.items()
         ],
@@ -98,6 +117,9 @@ def _protocol_name(value: Protocol.ValueType) -> str:
         return f"protocol {int(value)}"
 
 
-def reply_payload(job: Job, body: bytes) -> bytes:
-    """What the gateway sends the client for one result body of ``job``."""
+def reply_payload(job: Job, body: bytes, tensors: ModelTensors = NO_TENSORS) -> bytes:
+    """What the gateway sends the client for one result body of ``job``; raises SluiceError when the
+    body cannot be one (a v2 result that is neither v2 JSON nor tensors)."""
+    if job.protocol == Protocol.KSERVE_GRPC:
+        return V2Protocol(tensors).payload(job, body)
     return _PAYLOAD[job.protocol](body)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sluice.envelope import Reply
 from sluice.errors import ErrorCode, SluiceError
+from sluice.v2_declaration import ModelTensors
 
 from sluice_worker import protocols
 from sluice_worker.delivery import Delivery
@@ -50,9 +51,16 @@ def handler_failure(frame: PredictFrame) -> SluiceError:
 
 
 class ReplyBook:
-    def __init__(self, deliveries: Iterable[Delivery], started_unix_ms: int = 0) -> None:
-        """``started_unix_ms``: when the batch was handed to the handler (the gateway's queue time)."""
+    def __init__(
+        self,
+        deliveries: Iterable[Delivery],
+        started_unix_ms: int = 0,
+        tensors: ModelTensors = protocols.NO_TENSORS,
+    ) -> None:
+        """``started_unix_ms``: when the batch was handed to the handler (the gateway's queue time);
+        ``tensors``: the model's KServe v2 declaration (v2 payloads depend on it)."""
         self._started_unix_ms = started_unix_ms
+        self._tensors = tensors
         self._deliveries = {delivery.job_id: delivery for delivery in deliveries}
         self._next_seq = dict.fromkeys(self._deliveries, 0)
         self._finished: set[str] = set()
@@ -117,12 +125,16 @@ class ReplyBook:
         return failure(delivery, error, seq=seq, started_unix_ms=self._started_unix_ms)
 
     def _result(self, delivery: Delivery, row: FrameRow, final: bool) -> Outgoing:
+        try:
+            payload = protocols.reply_payload(delivery.job, row.body, self._tensors)
+        except SluiceError as error:  # a result the protocol cannot answer with fails its job only
+            return self._fail(delivery, error)
         reply = Reply(
             job_id=delivery.job_id,
             seq=self._take_seq(delivery, final),
             final=final,
             status_code=row.status_code,
-            payload=protocols.reply_payload(delivery.job, row.body),
+            payload=payload,
             attempt=delivery.attempt,
             headers=row.headers,
             content_type=row.content_type,

@@ -9,12 +9,14 @@ from typing import Any
 
 import torch
 import ts
+from sluice.v2_declaration import ModelTensors
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.model_loader import TsModelLoader
 
 from sluice_worker import device
-from sluice_worker.protocols import TsRequest
+from sluice_worker.protocols import NO_TENSORS, TsRequest
 from sluice_worker.sink import ReplySink
+from sluice_worker.v2_protocol import V2Protocol
 
 # The metrics definitions TorchServe's frontend hands its workers by default.
 METRICS_CONFIG = Path(ts.__file__).parent / "configs" / "metrics.yaml"
@@ -29,6 +31,8 @@ class LoadSpec:
     envelope: str
     choice: device.DeviceChoice
     torch_threads: int | None = None
+    # KServe v2 declaration; tensor_handler models get their results packed (V2Protocol).
+    tensors: ModelTensors = NO_TENSORS
 
 
 def load_service(spec: LoadSpec) -> Any:
@@ -41,7 +45,7 @@ def load_service(spec: LoadSpec) -> Any:
     metrics.model_name = spec.model_name
     # TorchServe writes a metric line per request to its metrics log; here they would flood the worker log.
     logging.getLogger("ts.metrics").setLevel(logging.WARNING)
-    return TsModelLoader().load(
+    service = TsModelLoader().load(
         spec.model_name,
         spec.model_dir,
         spec.handler,
@@ -51,6 +55,9 @@ def load_service(spec: LoadSpec) -> Any:
         limit_max_image_pixels=True,
         metrics_cache=metrics,
     )
+    if spec.tensors.tensor_handler:
+        service._entry_point = V2Protocol(spec.tensors).tensor_entry_point(service._entry_point)
+    return service
 
 
 def predict(service: Any, requests: list[TsRequest], sink: ReplySink) -> bytes:

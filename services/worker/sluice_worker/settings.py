@@ -6,7 +6,7 @@ max deliveries) is not here: it comes from the version's record in Redis, writte
 
 import argparse
 from collections.abc import Sequence
-from typing import Self
+from typing import ClassVar, Self
 
 from pydantic import (
     NonNegativeFloat,
@@ -21,6 +21,11 @@ from sluice.settings import CommonSettings
 
 
 class WorkerSettings(CommonSettings):
+    TS_KEYS: ClassVar[dict[str, str]] = {
+        **CommonSettings.TS_KEYS,
+        "decode_input_request": "decode_input_request",
+    }
+
     model_name: str
     model_version: str
     # None: take the next id from the shared counter (9000, 9001, ...).
@@ -37,6 +42,8 @@ class WorkerSettings(CommonSettings):
     read_block_ms: PositiveInt = 1000
     # How long to wait for the version record to appear (compose-scaled workers may start first); 0 = forever.
     record_wait_s: NonNegativeFloat = 120.0
+    # TorchServe's key: REST bodies sent as application/json or text/* reach handlers decoded.
+    decode_input_request: bool = True
 
     @field_validator("model_name", "model_version", "worker_id")
     @classmethod

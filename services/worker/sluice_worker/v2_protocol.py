@@ -18,7 +18,7 @@ model_version filled in. Every job is one row: the batch dimension of a request 
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from google.protobuf.message import DecodeError
 from sluice.envelope import Job
@@ -39,6 +39,14 @@ PARAMETERS_HEADER = "sluice_v2_parameters"
 BINARY_DATA_OUTPUT = "binary_data_output"
 
 
+class RowParameter(TypedDict):
+    """One TorchServe request parameter (the same shape as ``protocols.TsParameter``)."""
+
+    name: str
+    contentType: str
+    value: Any
+
+
 def parse_request(job: Job) -> pb.ModelInferRequest:
     try:
         return pb.ModelInferRequest.FromString(job.request)
@@ -57,9 +65,13 @@ class V2Protocol:
         self._tensors = tensors
 
     # Rows -----------------------------------------------------------------------------------------
-    def parameters(self, job: Job) -> list[dict[str, Any]]:
-        """TorchServe request parameters (name, contentType, value) of the job's row."""
+    def row(self, job: Job) -> tuple[list[RowParameter], dict[str, str]]:
+        """The job's row as TorchServe request parameters (name, contentType, value), and its extra
+        per-row headers."""
         request = parse_request(job)
+        return self._parameters(job, request), self._headers(request)
+
+    def _parameters(self, job: Job, request: pb.ModelInferRequest) -> list[RowParameter]:
         try:
             arrays = v2_codec.input_arrays(request)
         except (CodecError, ValueError) as exc:  # the gateway validated; a bad job is still no crash
@@ -86,11 +98,10 @@ class V2Protocol:
             body["outputs"] = [{"name": output.name} for output in request.outputs]
         return [{"name": BODY, "contentType": JSON_CONTENT_TYPE, "value": body}]
 
-    def headers(self, job: Job) -> dict[str, str]:
+    def _headers(self, request: pb.ModelInferRequest) -> dict[str, str]:
         if not self._tensors.tensor_handler:
             return {}
         headers = {TENSOR_ROW_HEADER: "true"}
-        request = parse_request(job)
         if request.parameters:
             headers[PARAMETERS_HEADER] = json.dumps(_parameters(request.parameters))
         return headers

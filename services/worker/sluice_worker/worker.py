@@ -13,6 +13,7 @@ import structlog
 from redis.exceptions import RedisError
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
+from sluice.v2_declaration import ModelTensors
 
 from sluice_worker import frames, protocols, runtime
 from sluice_worker.batch_policy import Batching, Run, is_expired, next_step, split_batches
@@ -47,6 +48,8 @@ class Worker:
         torch_thread: TorchThread,
         service: Any,
         stopping: asyncio.Event,
+        tensors: ModelTensors = protocols.NO_TENSORS,
+        decode_input_request: bool = True,
     ) -> None:
         self._batching = batching
         self._response_timeout_s = response_timeout_s
@@ -58,6 +61,9 @@ class Worker:
         # Set on SIGTERM: stop reading, finish the jobs in hand.
         self._stopping = stopping
         self._read_backoff = Backoff()
+        # The model's KServe v2 declaration: v2 rows and replies depend on it.
+        self._tensors = tensors
+        self._decode_input_request = decode_input_request
 
     async def serve(self) -> ExitCode:
         held = await self._scan(held=[])
@@ -125,7 +131,11 @@ class Worker:
         runnable: list[Delivery] = []
         for delivery in live:
             try:
-                requests.append(protocols.handler_request(delivery.job))
+                requests.append(
+                    protocols.handler_request(
+                        delivery.job, self._tensors, decode_input_request=self._decode_input_request
+                    )
+                )
                 runnable.append(delivery)
             except SluiceError as error:
                 outgoing.append(failure(delivery, error))
@@ -135,7 +145,10 @@ class Worker:
                 results, exit_code = await self._call_handler(runnable, requests)
             outgoing += results
         entry_ids = [delivery.entry_id for delivery in batch]
-        await until_done(lambda: self._queue.finish(outgoing, entry_ids), "reply and ack")
+        batch_size = len(runnable)
+        await until_done(
+            lambda: self._queue.finish(outgoing, entry_ids, batch_size=batch_size), "reply and ack"
+        )
         return exit_code
 
     async def _screen(self, batch: list[Delivery]) -> tuple[list[Delivery], list[Outgoing]]:
@@ -152,7 +165,7 @@ class Worker:
     async def _call_handler(
         self, runnable: list[Delivery], requests: list[protocols.TsRequest]
     ) -> tuple[list[Outgoing], ExitCode | None]:
-        book = ReplyBook(runnable, started_unix_ms=int(time.time() * 1000))
+        book = ReplyBook(runnable, started_unix_ms=int(time.time() * 1000), tensors=self._tensors)
         sink = ReplySink(book, self._publish, asyncio.get_running_loop())
         try:
             raw = await asyncio.wait_for(

@@ -13,6 +13,7 @@ from sluice import keys, registry
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import BatchPolicy, VersionState
 from sluice_manager.control_plane import ControlPlane, ControlPlaneConfig
+from sluice_manager.removal import RemovalConfig, Remover
 from sluice_manager.startup import remove_unused_model_dirs
 from sluice_manager.version_config import RegisterOptions, ServerDefaults
 
@@ -63,7 +64,6 @@ def control(redis_client: "aioredis.Redis", tmp_path: Path) -> ControlPlane:
             model_store=tmp_path / "store",
             models_dir=tmp_path / "home" / "models",
             defaults=ServerDefaults(job_queue_size=50),
-            unregister_timeout_s=5,
         ),
         wake=lambda: wakes.append(1),
         host="test-host",
@@ -134,63 +134,47 @@ async def test_no_model_store(redis_client: "aioredis.Redis", tmp_path: Path) ->
         await plane.register(RegisterOptions(url="a.mar"))
 
 
-async def test_versions_default_unregister_and_describe(
+async def test_versions_default_and_unregister(
     control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path
 ) -> None:
     first = await control.register(RegisterOptions(url=archive(tmp_path, "default", version="1.0")))
     second = await control.register(RegisterOptions(url=archive(tmp_path, "tgz", version="2.0")))
-    described = await control.describe("echo", "all")
-    assert [(d.record.version, d.is_default) for d in described] == [("1.0", True), ("2.0", False)]
-    assert described[0].workers == ()
-    assert described[0].pending_jobs == 0
-    assert [d.record.version for d in await control.describe("echo")] == ["1.0"]
+    assert await registry.model_versions(redis_client, "echo") == ("1.0", {"1.0", "2.0"})
+    remover = Remover(redis_client, RemovalConfig(tmp_path / "home" / "models", unregister_timeout_s=5))
 
     with pytest.raises(SluiceError, match="Cannot remove default version"):
-        await control.unregister("echo", "1.0")
-    await control.unregister("echo", "2.0")
+        await remover.run("echo", "1.0")
+    assert await remover.run("echo", "2.0") == "2.0"
     assert not exists(second.model_dir)
     assert await redis_client.exists(keys.version_config("echo", "2.0")) == 0
     assert (await registry.model_versions(redis_client, "echo"))[1] == {"1.0"}
 
-    await control.unregister("echo")
+    assert await remover.run("echo", None) == "1.0"
     assert not exists(first.model_dir)
     assert await redis_client.zrange(keys.MODELS, 0, -1) == []
     assert await redis_client.exists(keys.model("echo")) == 0
     with pytest.raises(SluiceError) as info:
-        await control.describe("echo")
+        await remover.run("echo", None)
     assert info.value.code is ErrorCode.MODEL_NOT_FOUND
-
-
-async def test_scale(control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path) -> None:
-    await control.register(RegisterOptions(url=archive(tmp_path, "default")))
-    await redis_client.hset(keys.RESTARTS, "echo:2.0", '{"failures": 5}')
-    scaled = await control.scale("echo", None, 2, 3)
-    assert (scaled.min_workers, scaled.max_workers) == (2, 3)
-    stored = await registry.get_version(redis_client, "echo", "2.0")
-    assert stored is not None
-    assert (stored.min_workers, stored.max_workers) == (2, 3)
-    assert await redis_client.hget(keys.RESTARTS, "echo:2.0") is None, "scaling resets the backoff"
-    assert (await control.scale("echo", "2.0", 1)).max_workers == 1
-    with pytest.raises(SluiceError, match="Invalid worker numbers"):
-        await control.scale("echo", None, 3, 2)
-    with pytest.raises(SluiceError) as info:
-        await control.scale("echo", "9.9", 1)
-    assert info.value.code is ErrorCode.VERSION_NOT_FOUND
-    with pytest.raises(SluiceError, match="Failed to start workers"):
-        await control.scale("echo", None, 1, timeout_s=0.5)
 
 
 async def test_unregister_marks_the_version_removing_first(
     control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path
 ) -> None:
     await control.register(RegisterOptions(url=archive(tmp_path, "default")))
-    # A worker record that never goes away: unregister waits (bounded), then removes the keys anyway.
+    # A worker record that never goes away: unregister waits (bounded), removes the keys anyway and
+    # reports TorchServe's timeout.
     await redis_client.hset(keys.workers("echo", "2.0"), "9000", "{}")
-    running = asyncio.ensure_future(control.unregister("echo"))
+    remover = Remover(redis_client, RemovalConfig(tmp_path / "home" / "models", unregister_timeout_s=1))
+    running = asyncio.ensure_future(remover.run("echo", None))
     await asyncio.sleep(0.3)
     state = await redis_client.hget(keys.version_config("echo", "2.0"), "state")
     assert state == VersionState.REMOVING.value.encode()
-    await running
+    with pytest.raises(SluiceError) as info:
+        await running
+    assert (info.value.code, info.value.message) == (
+        ErrorCode.DEADLINE_EXCEEDED, "Timed out while cleaning resources: echo"
+    )  # fmt: skip
     assert await redis_client.exists(keys.workers("echo", "2.0")) == 0
 
 

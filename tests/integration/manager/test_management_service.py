@@ -4,6 +4,7 @@ error codes. Operations run through the real OperationRunner, submitted in-proce
 (the Celery path is covered by the manager process tests)."""
 
 import asyncio
+import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -19,9 +20,11 @@ from sluice_manager.archives import ExtractionLimits
 from sluice_manager.describe_job import DescribeJobs
 from sluice_manager.management import ManagementConfig, ManagementService, RegisterRequest, ScaleRequest
 from sluice_manager.op_runner import OperationRunner, RunnerConfig
+from sluice_manager.operations import OperationStore, OpKind, OpState
+from sluice_manager.redis_lock import TokenLock, model_lock
 from sluice_manager.registration import RegistrationConfig
 from sluice_manager.removal import RemovalConfig
-from sluice_manager.version_config import ServerDefaults
+from sluice_manager.version_config import RegisterOptions, ServerDefaults
 
 from tests.integration.manager.conftest import Harness, StartHarness
 from tests.support.eventually import eventually
@@ -164,9 +167,11 @@ async def test_model_api_switch(api: Api) -> None:
 
 async def test_scale_up_down_and_errors(api: Api) -> None:
     await api.service.register(RegisterRequest(url=api.archive("echo")))
+    await api.redis.hset(keys.RESTARTS, "echo:1.0", '{"failures": 1}')
     status = await api.service.scale(ScaleRequest("echo", None, 2, 2, synchronous=True))
     assert (status.message, status.http_status) == ("Workers scaled to 2 for model: echo", 200)
     assert await ready(api, "echo", "1.0", 2)
+    assert await api.redis.hget(keys.RESTARTS, "echo:1.0") is None, "scaling resets the restart backoff"
     status = await api.service.scale(ScaleRequest("echo", "1.0", 1, 1, synchronous=True))
     assert status.message == "Workers scaled to 1 for model: echo, version: 1.0"
     assert await ready(api, "echo", "1.0", 1)
@@ -327,3 +332,107 @@ async def test_operation_runner_is_idempotent(api: Api, redis_client: "aioredis.
     assert again is not None
     assert (again.state, again.attempts) == ("done", 1)
     assert len(list(api.models_dir.iterdir())) == 1
+
+
+def _runner(api: Api) -> OperationRunner:
+    return OperationRunner(
+        api.redis,
+        RunnerConfig(
+            RegistrationConfig(api.store, api.models_dir, ExtractionLimits(), ServerDefaults(), {}),
+            RemovalConfig(api.models_dir),
+            max_attempts=2,
+        ),
+        download=None,
+    )
+
+
+async def test_a_retried_registration_recognises_its_own_commit(api: Api) -> None:
+    """A task that died after the commit but before closing its operation: the retry finishes it."""
+    url = api.archive("echo")
+    store = OperationStore(api.redis)
+    op = await store.create(OpKind.REGISTER, dataclasses.asdict(RegisterOptions(url=url)))
+    op, record = await _runner(api).registrar.run(op)  # registers, as the crashed attempt did
+    op = await store.update(op, state=OpState.RUNNING, attempts=1)
+    done = await _runner(api).run(op.op_id)
+    assert done is not None
+    assert (done.state, done.attempts, done.error_code) == (OpState.DONE, 2, "")
+    assert [p.name for p in api.models_dir.iterdir()] == [Path(record.model_dir).name]
+
+
+async def test_an_operation_that_keeps_dying_fails_cleanly(api: Api) -> None:
+    url = api.archive("echo")
+    store = OperationStore(api.redis)
+    op = await store.create(OpKind.REGISTER, dataclasses.asdict(RegisterOptions(url=url)))
+    await store.update(op, state=OpState.RUNNING, attempts=2)
+    failed = await _runner(api).run(op.op_id)
+    assert failed is not None
+    assert (failed.state, failed.error_code) == (OpState.FAILED, "INTERNAL")
+    assert failed.message == "The operation failed after 2 attempts"
+    assert await registry.model_versions(api.redis, "echo") == (None, set())
+    assert not await api.redis.scard(keys.OPEN_OPERATIONS)
+
+
+async def test_an_operation_runs_once_at_a_time(api: Api) -> None:
+    store = OperationStore(api.redis)
+    op = await store.create(OpKind.UNREGISTER, {"model_name": "nope", "version": ""})
+    held = TokenLock(api.redis, keys.operation_lease(op.op_id), ttl_s=5)
+    assert await held.acquire()
+    assert await _runner(api).run(op.op_id) is None, "another task holds it: skipped"
+    await held.release()
+    done = await _runner(api).run(op.op_id)
+    assert done is not None
+    assert (done.state, done.error_code, done.message) == (
+        OpState.FAILED,
+        "MODEL_NOT_FOUND",
+        "Model not found: nope",
+    )
+
+
+async def test_model_lock_refuses_a_second_holder(api: Api) -> None:
+    async with model_lock(api.redis, "m", wait_s=0):
+        with pytest.raises(SluiceError) as info:
+            async with model_lock(api.redis, "m", wait_s=0.2):
+                pass
+        assert info.value.code is ErrorCode.ABORTED
+    async with model_lock(api.redis, "m", wait_s=0):
+        pass
+    assert not await api.redis.exists(keys.model_lock("m"))
+
+
+async def _queue_jobs(api: Api, model: str, count: int) -> str:
+    reply_to = keys.reply_stream(f"gw-{model}")
+    await api.redis.xadd(reply_to, {"x": "1"})
+    for index in range(count):
+        job = Job(job_id=f"{model}-{index}", protocol=Protocol.TORCHSERVE_GRPC, reply_to=reply_to)
+        await api.redis.xadd(keys.job_stream(model, "1.0"), {envelope.FIELD: envelope.encode_job(job)})
+    return reply_to
+
+
+async def test_scale_to_zero_answers_the_queued_jobs(api: Api) -> None:
+    """T-21: queued jobs of a version scaled to zero get a terminal "no worker" answer, none is dropped."""
+    await api.service.register(RegisterRequest(url=api.archive("echo"), initial_workers=1, synchronous=True))
+    reply_to = await _queue_jobs(api, "echo", 4)
+    status = await api.service.scale(ScaleRequest("echo", None, 0, 0, synchronous=True))
+    assert status.message == "Workers scaled to 0 for model: echo"
+    replies = [envelope.decode_reply(f[envelope.FIELD]) for _, f in (await api.redis.xrange(reply_to))[1:]]
+    assert sorted(r.job_id for r in replies) == [f"echo-{i}" for i in range(4)]
+    assert {(r.error_code, r.status_code) for r in replies} == {("NO_WORKER", 503)}
+    assert replies[0].message.startswith('Model "echo" has no worker to serve inference request.')
+    assert await api.redis.xlen(keys.job_stream("echo", "1.0")) == 0
+
+
+async def test_set_default_racing_unregister_never_leaves_a_dangling_default(api: Api) -> None:
+    """T-20: whichever wins, the default always names a registered version."""
+    await api.service.register(RegisterRequest(url=api.archive("echo", "1.0")))
+    for _ in range(3):
+        await api.service.register(RegisterRequest(url=api.archive("echo", "2.0")))
+        await asyncio.gather(
+            api.service.set_default("echo", "2.0"),
+            api.service.unregister("echo", "2.0"),
+            return_exceptions=True,
+        )
+        default, versions = await registry.model_versions(api.redis, "echo")
+        assert default in versions
+        if default == "2.0":
+            await api.service.set_default("echo", "1.0")
+            await api.service.unregister("echo", "2.0")

@@ -21,7 +21,7 @@ from tests.integration.manager.conftest import FAKE_WORKER, REPO, child_env, rea
 from tests.integration.manager.fake_worker import starts_key
 from tests.support.eventually import eventually
 from tests.support.models import ModelSpec, echo_model, write_mar
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, free_port
 
 MODEL_CONFIG = "minWorkers: 2\nmaxWorkers: 2\nfake:\n  ttl_s: 1.0\n"
 
@@ -39,6 +39,11 @@ def manager_env(redis_url: str, tmp_path: Path, load_models: str) -> dict[str, s
         SLUICE_HEARTBEAT_GRACE_S="0.5",
         SLUICE_WORKER_STOP_TIMEOUT_S="5",
         SLUICE_LOG_LEVEL="info",
+        # Token authorization is on by default: the key file goes to the test's folder, not the cwd.
+        SLUICE_KEY_FILE=str(tmp_path / "key_file.json"),
+        # The management API on free ports (each manager of a test gets its own).
+        SLUICE_GRPC_MANAGEMENT_PORT=str(free_port()),
+        SLUICE_MANAGEMENT_ADDRESS=f"http://127.0.0.1:{free_port()}",
     )
     return env
 
@@ -181,7 +186,7 @@ async def test_a_broken_startup_archive_is_reported_and_the_rest_loads(
     assert [m.model_name for m in report.models] == ["echo"]
     assert len(report.errors) == 2
     assert report.errors[0].startswith("bad.mar: Invalid model archive bad.mar: handler")
-    assert report.errors[1] == "missing.mar: Model not found in model store: missing.mar"
+    assert report.errors[1] == "missing.mar: Model not found at: missing.mar"
     assert str(tmp_path) not in " ".join(report.errors)
     assert manager.poll() is None
     await eventually(lambda: two_ready(redis_client), timeout_s=20)

@@ -147,10 +147,10 @@ async def test_describe_jobs_get_the_raw_describe_output(
 
 
 async def test_unsupported_protocols_fail_cleanly(echo: VersionRecord, client: "aioredis.Redis") -> None:
-    job_id, replies = await _call(client, {}, protocol=Protocol.KSERVE_GRPC)
+    job_id, replies = await _call(client, {}, protocol=Protocol.KSERVE_REST)
     reply = await replies.final(job_id)
     assert (reply.error_code, reply.status_code) == (ErrorCode.INTERNAL.value, 500)
-    assert "KSERVE_GRPC" in reply.message
+    assert "KSERVE_REST" in reply.message
 
 
 async def test_acked_jobs_leave_the_stream(echo: VersionRecord, client: "aioredis.Redis") -> None:

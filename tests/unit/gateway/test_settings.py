@@ -44,3 +44,23 @@ def test_gateway_ids_are_random_and_key_safe() -> None:
 
 def test_ipv6_bind_address() -> None:
     assert GatewaySettings(grpc_inference_address="::1", grpc_inference_port=1).bind_address == "[::1]:1"
+
+
+def test_rest_and_metrics_addresses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    defaults = GatewaySettings()
+    assert (defaults.inference_address, defaults.metrics_address) == (
+        "http://127.0.0.1:8080",
+        "http://127.0.0.1:8082",
+    )
+    assert defaults.enable_metrics_api is True
+    config = tmp_path / "config.properties"
+    config.write_text(
+        "inference_address=http://0.0.0.0:9080\nmetrics_address=unix:/tmp/m.sock\nenable_metrics_api=false\n"
+    )
+    monkeypatch.setenv("SLUICE_TS_CONFIG", str(config))
+    settings = GatewaySettings()
+    assert (settings.inference_address, settings.metrics_address) == (
+        "http://0.0.0.0:9080",
+        "unix:/tmp/m.sock",
+    )
+    assert settings.enable_metrics_api is False

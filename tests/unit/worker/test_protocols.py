@@ -55,7 +55,7 @@ def test_undecodable_prediction_request_is_a_client_error() -> None:
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
 
 
-@pytest.mark.parametrize("protocol", [Protocol.TORCHSERVE_REST, Protocol.KSERVE_GRPC, 99])
+@pytest.mark.parametrize("protocol", [Protocol.PROTOCOL_UNSPECIFIED, Protocol.KSERVE_REST, 99])
 def test_protocols_this_worker_does_not_serve_are_refused(protocol: int) -> None:
     with pytest.raises(SluiceError) as caught:
         protocols.handler_request(Job(job_id="x", protocol=protocol))  # type: ignore[arg-type]
@@ -66,3 +66,16 @@ def test_reply_payloads() -> None:
     grpc = protocols.reply_payload(Job(protocol=Protocol.TORCHSERVE_GRPC), b"out")
     assert PredictionResponse.FromString(grpc) == PredictionResponse(prediction=b"out")
     assert protocols.reply_payload(Job(protocol=Protocol.DESCRIBE), b'{"a": 1}') == b'{"a": 1}'
+
+
+def test_torchserve_rest_rows_and_payloads() -> None:
+    job = Job(job_id="r1", protocol=Protocol.TORCHSERVE_REST, request=b'{"a": 1}')
+    job.headers.update({"Content-Type": "application/json", "url_path": "x/y", "explain": "False"})
+    request = protocols.handler_request(job)
+    assert request["parameters"] == [{"name": "body", "contentType": "application/json", "value": {"a": 1}}]
+    headers = {h["name"]: h["value"] for h in request["headers"]}
+    assert headers[b"url_path"] == b"x/y"
+    assert headers[b"Content-Type"] == b"application/json"
+    raw = protocols.handler_request(job, decode_input_request=False)["parameters"][0]["value"]
+    assert raw == bytearray(b'{"a": 1}')
+    assert protocols.reply_payload(job, b"body bytes") == b"body bytes"

@@ -1,5 +1,7 @@
 """Worker settings: environment, then command-line flags on top."""
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 from sluice_worker.settings import WorkerSettings, parse_args
@@ -47,3 +49,13 @@ def test_model_name_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLUICE_MODEL_NAME", raising=False)
     with pytest.raises(ValidationError):
         parse_args(["--model-version", "1"])
+
+
+def test_decode_input_request_comes_from_config_properties(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert WorkerSettings(model_name="m", model_version="1").decode_input_request is True
+    config = tmp_path / "config.properties"
+    config.write_text("decode_input_request=false\n")
+    monkeypatch.setenv("SLUICE_TS_CONFIG", str(config))
+    assert WorkerSettings(model_name="m", model_version="1").decode_input_request is False

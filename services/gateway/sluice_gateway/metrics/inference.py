@@ -1,0 +1,64 @@
+"""TorchServe's frontend counters, kept per gateway process and fed by the data plane
+(:class:`sluice_gateway.dataplane.JobObserver`), so gRPC and REST calls count alike.
+
+- ``ts_inference_requests_total``: every request for a model that exists, queued or refused by the
+  queue (TorchServe counts after the model lookup, before the queue).
+- ``ts_inference_latency_microseconds``: admission to the final successful reply.
+- ``ts_queue_latency_microseconds``: admission to the moment a worker started the job.
+
+``model_version`` is the version the client named, ``"default"`` when it named none.
+"""
+
+import socket
+import time
+from collections import defaultdict
+
+from sluice_gateway.metrics.exposition import MetricFamily, Sample
+from sluice_gateway.pending_jobs import PendingJob
+
+DEFAULT_VERSION_LABEL = "default"
+
+_FAMILIES = (
+    ("ts_inference_requests_total", "Count"),
+    ("ts_inference_latency_microseconds", "Microseconds"),
+    ("ts_queue_latency_microseconds", "Microseconds"),
+)
+
+
+def _help(unit: str) -> str:
+    return f"Torchserve prometheus counter metric with unit: {unit}"
+
+
+class InferenceMetrics:
+    def __init__(self, hostname: str | None = None) -> None:
+        self.hostname = hostname or socket.gethostname()
+        self._values: dict[str, defaultdict[tuple[str, str], float]] = {
+            name: defaultdict(float) for name, _unit in _FAMILIES
+        }
+
+    def admitted(self, model: str, requested_version: str) -> None:
+        self._values["ts_inference_requests_total"][(model, requested_version or DEFAULT_VERSION_LABEL)] += 1
+
+    def finished(self, job: PendingJob) -> None:
+        if not job.succeeded:
+            return
+        key = (job.model, job.requested_version or DEFAULT_VERSION_LABEL)
+        latency_us = (time.monotonic_ns() - job.created_ns) / 1000.0
+        self._values["ts_inference_latency_microseconds"][key] += latency_us
+        if job.started_unix_ms and job.enqueued_unix_ms:
+            queued_us = max(job.started_unix_ms - job.enqueued_unix_ms, 0) * 1000.0
+            self._values["ts_queue_latency_microseconds"][key] += queued_us
+
+    def families(self) -> list[MetricFamily]:
+        out = []
+        for name, unit in _FAMILIES:
+            samples = [
+                Sample(
+                    name,
+                    [("model_name", model), ("model_version", version), ("hostname", self.hostname)],
+                    value,
+                )
+                for (model, version), value in sorted(self._values[name].items())
+            ]
+            out.append(MetricFamily(name, "counter", _help(unit), samples))
+        return out

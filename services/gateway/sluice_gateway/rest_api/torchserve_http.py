@@ -1,0 +1,71 @@
+"""TorchServe's HTTP response conventions (``NettyUtils.sendHttpResponse`` / ``sendError``):
+``x-request-id``, no-cache headers on every response, pretty JSON bodies ending in a newline,
+``{"code", "type", "message"}`` error bodies, ``Connection: close`` after an error, and a
+Content-Type only when there is one to send."""
+
+import json
+import uuid
+from typing import Any
+
+from aiohttp import hdrs, web
+from sluice.errors import SluiceError
+from sluice.status_map import rest_error_type, rest_status
+
+REQUEST_ID_HEADER = "x-request-id"
+CACHE_HEADERS = {
+    "Pragma": "no-cache",
+    "Cache-Control": "no-cache; no-store, must-revalidate, private",
+    "Expires": "Thu, 01 Jan 1970 00:00:00 UTC",
+}
+# Request storage: the id a response reports (the job id once a job exists).
+REQUEST_ID = web.RequestKey("sluice.request_id", str)
+# Response storage: aiohttp adds "application/octet-stream" to bodies without a type; TorchServe
+# sends no Content-Type unless the handler set one, so such responses drop it before sending.
+NO_CONTENT_TYPE = web.ResponseKey("sluice.no_content_type", bool)
+
+
+def request_id(request: web.Request) -> str:
+    """The id of this request: the job id once one was created, else a fresh one."""
+    rid = request.get(REQUEST_ID)
+    if rid is None:
+        rid = uuid.uuid4().hex
+        request[REQUEST_ID] = rid
+    return rid
+
+
+def pretty_json(value: Any) -> bytes:
+    """Gson's pretty print as TorchServe sends it: 2-space indent, then a newline."""
+    return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def json_response(value: Any, status: int = 200) -> web.Response:
+    return web.Response(body=pretty_json(value), status=status, content_type="application/json")
+
+
+def error_response(error: SluiceError) -> web.Response:
+    status = rest_status(error)
+    return error_body_response(status, rest_error_type(error), error.message)
+
+
+def error_body_response(status: int, error_type: str, message: str) -> web.Response:
+    response = json_response({"code": status, "type": error_type, "message": message}, status)
+    response.force_close()
+    return response
+
+
+def empty_error(status: int) -> web.Response:
+    """An error without a body (TorchServe's 413 for an oversized request)."""
+    response = web.Response(status=status)
+    response.force_close()
+    return response
+
+
+async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    """aiohttp signal, run for every response of the inference port just before its headers go
+    out (after aiohttp's own defaults): TorchServe's headers."""
+    response.headers[REQUEST_ID_HEADER] = request_id(request)
+    response.headers.update(CACHE_HEADERS)
+    if response.status >= 400:
+        response.headers[hdrs.CONNECTION] = "close"
+    if response.get(NO_CONTENT_TYPE):
+        response.headers.popall(hdrs.CONTENT_TYPE, None)

@@ -1,0 +1,300 @@
+"""The KServe v2 tensor codec: wire tensors <-> numpy arrays / torch tensors. The only module where
+numpy meets the wire.
+
+Wire forms: raw bytes (little-endian, row-major; BYTES elements each a 4-byte little-endian length plus
+the bytes; BF16 the upper half of an IEEE float32) and typed ``InferTensorContents``. A handler sees
+inputs either as TorchServe's OIP JSON (``body`` rows, flat ``data`` lists, BYTES as base64 strings)
+or as arrays (``tensor_handler: true``). numpy has no bfloat16: BF16 arrays are float32 (torch tensors
+are torch.bfloat16).
+
+Outputs are carried between the handler call and the reply as :class:`WireTensor` (raw bytes);
+:func:`tensor_result` packs a handler's ``{name: array}`` into bytes TorchServe passes through as-is.
+"""
+
+import base64
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from sluice.v1 import kserve_pb2 as pb
+from sluice.v2_datatypes import BYTES, DATATYPES, element_count
+
+# Fixed-size datatypes (BF16 travels as uint16 bit patterns; see _bf16_*).
+NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BF16": np.dtype("<u2"),
+}
+_DATATYPE_OF_KIND = {
+    np.dtype(d).newbyteorder("="): name for name, d in NUMPY_DTYPES.items() if name != "BF16"
+}
+# What each typed InferTensorContents field holds.
+_TYPED_FIELD_DTYPES = {
+    "bool_contents": np.dtype(np.bool_),
+    "int_contents": np.dtype(np.int32),
+    "int64_contents": np.dtype(np.int64),
+    "uint_contents": np.dtype(np.uint32),
+    "uint64_contents": np.dtype(np.uint64),
+    "fp32_contents": np.dtype(np.float32),
+    "fp64_contents": np.dtype(np.float64),
+}
+# Marks bytes that hold a packed tensor set (a ModelInferResponse) rather than v2 JSON.
+TENSOR_SET_MAGIC = b"\x00sluice-v2-tensors\x00"
+_LENGTH = struct.Struct("<I")
+
+
+class CodecError(ValueError):
+    """Data that cannot be converted (client-safe message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WireTensor:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    raw: bytes
+
+
+# ---- Wire -> arrays ---------------------------------------------------------------------------
+
+
+def input_arrays(
+    request: pb.ModelInferRequest,
+) -> list[tuple[pb.ModelInferRequest.InferInputTensor, np.ndarray]]:
+    """Every input as a numpy array of its shape (BYTES: object array of bytes; BF16: float32)."""
+    raws = list(request.raw_input_contents)
+    out = []
+    for index, tensor in enumerate(request.inputs):
+        if raws:
+            array = from_raw(tensor.datatype, tuple(tensor.shape), raws[index])
+        else:
+            array = from_typed(tensor.datatype, tuple(tensor.shape), tensor.contents)
+        out.append((tensor, array))
+    return out
+
+
+def from_raw(datatype: str, shape: tuple[int, ...], raw: bytes) -> np.ndarray:
+    if datatype == BYTES:
+        return _object_array(split_bytes(raw), shape)
+    # bytearray: the handler gets a writable array it owns.
+    array = np.frombuffer(bytearray(raw), dtype=NUMPY_DTYPES[datatype]).reshape(shape)
+    return _bf16_to_float32(array) if datatype == "BF16" else array
+
+
+def from_typed(datatype: str, shape: tuple[int, ...], contents: pb.InferTensorContents) -> np.ndarray:
+    field = DATATYPES[datatype].contents_field
+    if field is None:
+        raise CodecError(f"{datatype} data must be sent raw")
+    values = list(getattr(contents, field))
+    if datatype == BYTES:
+        return _object_array(values, shape)
+    # int_contents / uint_contents narrow to INT8/16, UINT8/16 by their low bytes, as Triton does.
+    return np.array(values, dtype=_TYPED_FIELD_DTYPES[field]).astype(NUMPY_DTYPES[datatype]).reshape(shape)
+
+
+def split_bytes(raw: bytes) -> list[bytes]:
+    """BYTES raw data into its elements (the gateway validated the framing)."""
+    elements, offset = [], 0
+    while offset < len(raw):
+        (length,) = _LENGTH.unpack_from(raw, offset)
+        offset += _LENGTH.size
+        elements.append(raw[offset : offset + length])
+        offset += length
+    return elements
+
+
+def _object_array(values: Sequence[bytes], shape: tuple[int, ...]) -> np.ndarray:
+    array = np.empty(len(values), dtype=object)
+    array[:] = list(values)
+    return array.reshape(shape)
+
+
+def to_torch(array: np.ndarray, datatype: str) -> Any:
+    """A torch tensor for a decoded input (BF16 becomes torch.bfloat16; BYTES stay an object array)."""
+    if datatype == BYTES:
+        return array
+    tensor = torch.from_numpy(array)
+    return tensor.to(torch.bfloat16) if datatype == "BF16" else tensor
+
+
+def json_input(tensor: pb.ModelInferRequest.InferInputTensor, array: np.ndarray) -> dict[str, Any]:
+    """TorchServe's OIP form of one input: flat ``data`` list, BYTES as base64 strings."""
+    flat = array.reshape(-1)
+    if tensor.datatype == BYTES:
+        data: list[Any] = [base64.b64encode(bytes(item)).decode("ascii") for item in flat]
+    else:
+        data = flat.tolist()
+    return {"name": tensor.name, "shape": list(tensor.shape), "datatype": tensor.datatype, "data": data}
+
+
+def parameter_value(parameter: pb.InferParameter) -> Any:
+    choice = parameter.WhichOneof("parameter_choice")
+    return None if choice is None else getattr(parameter, choice)
+
+
+# ---- Arrays -> wire ---------------------------------------------------------------------------
+
+
+def encode(name: str, value: Any, datatype: str | None = None) -> WireTensor:
+    """An array, tensor, list or scalar as a raw wire tensor; ``datatype`` (the declared one) wins over
+    the value's own dtype."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        if value.dtype is torch.bfloat16:
+            datatype = datatype or "BF16"
+            value = value.float()
+        value = value.numpy()
+    array = np.asarray(value) if datatype != BYTES else np.asarray(value, dtype=object)
+    datatype = datatype or datatype_of(array)
+    return WireTensor(name, datatype, tuple(int(d) for d in array.shape), to_raw(array, datatype))
+
+
+def datatype_of(array: np.ndarray) -> str:
+    if array.dtype.kind in "OSU":
+        return BYTES
+    datatype = _DATATYPE_OF_KIND.get(array.dtype.newbyteorder("="))
+    if datatype is None:
+        raise CodecError(f"unsupported output dtype {array.dtype}")
+    return datatype
+
+
+def to_raw(array: np.ndarray, datatype: str) -> bytes:
+    if datatype == BYTES:
+        return b"".join(_LENGTH.pack(len(item)) + item for item in map(_as_bytes, array.reshape(-1)))
+    if datatype not in NUMPY_DTYPES:
+        raise CodecError(f"unsupported datatype {datatype}")
+    if datatype == "BF16":
+        return _float32_to_bf16(array).tobytes()
+    return np.ascontiguousarray(array, dtype=NUMPY_DTYPES[datatype]).tobytes()
+
+
+def _as_bytes(item: Any) -> bytes:
+    if isinstance(item, bytes | bytearray | np.bytes_):
+        return bytes(item)
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    raise CodecError(f"BYTES elements must be bytes or str, got {type(item).__name__}")
+
+
+def from_json_output(output: Mapping[str, Any], declared: str | None = None) -> WireTensor:
+    """One output of a v2 JSON response (``{"name","datatype","shape","data"}``; BYTES data as strings,
+    sent as their UTF-8 bytes). Without a datatype: the declared one, else bool/int/float/str give
+    BOOL/INT64/FP32/BYTES."""
+    name = output.get("name")
+    if not isinstance(name, str):
+        raise CodecError("every output needs a name")
+    datatype = declared or output.get("datatype") or None
+    data = output.get("data", [])
+    if datatype is not None and datatype not in DATATYPES:
+        raise CodecError(f"output '{name}' has an unknown datatype {datatype!r}")
+    flat = np.asarray(_flatten(data), dtype=object)
+    datatype = datatype or _json_datatype(flat)
+    shape = output.get("shape")
+    shape = tuple(int(d) for d in shape) if isinstance(shape, list) else np.shape(data)
+    if element_count(shape) != flat.size:
+        raise CodecError(f"output '{name}' has {flat.size} elements but shape {list(shape)}")
+    array = flat if datatype == BYTES else flat.astype(_json_numpy(datatype))
+    return WireTensor(name, datatype, tuple(shape), to_raw(array.reshape(shape), datatype))
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    out: list[Any] = []
+    for item in data:
+        out.extend(_flatten(item) if isinstance(item, list) else [item])
+    return out
+
+
+def _json_datatype(flat: np.ndarray) -> str:
+    items = flat.tolist()
+    if items and all(isinstance(i, bool) for i in items):
+        return "BOOL"
+    if items and all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        return "INT64"
+    if items and all(isinstance(i, str) for i in items):
+        return BYTES
+    return "FP32"
+
+
+def _json_numpy(datatype: str) -> np.dtype[Any]:
+    return np.dtype(np.float32) if datatype == "BF16" else NUMPY_DTYPES[datatype]
+
+
+def _bf16_to_float32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype("<u4") << 16).view("<f4")
+
+
+def _float32_to_bf16(array: np.ndarray) -> np.ndarray:
+    """Round to nearest even, as torch does (NaN stays NaN)."""
+    bits = np.ascontiguousarray(array, dtype="<f4").view("<u4")
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(array.astype("<f4"))
+    return np.where(nan, (bits >> 16) | 0x40, rounded).astype("<u2")
+
+
+# ---- Tensor sets and responses ----------------------------------------------------------------
+
+
+def tensor_result(outputs: Mapping[str, Any], declared: Mapping[str, str] | None = None) -> bytes:
+    """Pack ``{name: array | tensor}`` into bytes a handler can return (or pass to
+    ``send_intermediate_predict_response``) for a KServe v2 request; TorchServe sends bytes as-is."""
+    declared = declared or {}
+    tensors = [encode(name, value, declared.get(name)) for name, value in outputs.items()]
+    return TENSOR_SET_MAGIC + pack(tensors)
+
+
+def pack(tensors: Iterable[WireTensor]) -> bytes:
+    message = pb.ModelInferResponse()
+    for tensor in tensors:
+        message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        message.raw_output_contents.append(tensor.raw)
+    return message.SerializeToString()
+
+
+def unpack(data: bytes) -> list[WireTensor]:
+    message = pb.ModelInferResponse.FromString(data)
+    return [
+        WireTensor(out.name, out.datatype, tuple(out.shape), raw)
+        for out, raw in zip(message.outputs, message.raw_output_contents, strict=True)
+    ]
+
+
+def cast(tensor: WireTensor, datatype: str) -> WireTensor:
+    """``tensor`` converted to ``datatype`` (a declared output type), element by element."""
+    if tensor.datatype == datatype:
+        return tensor
+    if BYTES in (tensor.datatype, datatype):
+        raise CodecError(f"output '{tensor.name}' is {tensor.datatype}, the model declares {datatype}")
+    array = from_raw(tensor.datatype, tensor.shape, tensor.raw)
+    return WireTensor(tensor.name, datatype, tensor.shape, to_raw(array, datatype))
+
+
+def response(tensors: Sequence[WireTensor], *, typed: bool) -> pb.ModelInferResponse:
+    """A ModelInferResponse with raw_output_contents, or typed contents when asked (FP16/BF16 have no
+    typed field, so a response holding one stays raw)."""
+    message = pb.ModelInferResponse()
+    typed = typed and all(DATATYPES[t.datatype].contents_field is not None for t in tensors)
+    for tensor in tensors:
+        output = message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        if typed:
+            field = DATATYPES[tensor.datatype].contents_field
+            assert field is not None
+            values = from_raw(tensor.datatype, tensor.shape, tensor.raw).reshape(-1).tolist()
+            getattr(output.contents, field).extend(values)
+        else:
+            message.raw_output_contents.append(tensor.raw)
+    return message

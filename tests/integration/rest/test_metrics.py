@@ -1,0 +1,105 @@
+"""The metrics port: TorchServe's counters fed by gRPC and REST alike, Sluice's cluster gauges read
+from Redis at scrape time, the text format and ``?name[]=`` filtering."""
+
+import socket
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import grpc
+import redis.asyncio as aioredis
+from sluice import keys
+from sluice.envelope import Job, Protocol, Reply
+from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
+from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
+from sluice_gateway.app import Gateway
+
+from tests.integration.gateway.conftest import register
+from tests.integration.rest.conftest import raw
+from tests.support.responder import ok
+
+
+async def answer(job: Job) -> AsyncIterator[Reply]:
+    reply = raw(job, job.request) if job.protocol == Protocol.TORCHSERVE_REST else ok(job, b"grpc")
+    reply.started_unix_ms = job.enqueued_unix_ms + 5  # "queued for 5 ms"
+    yield reply
+
+
+async def scrape(metrics_http: aiohttp.ClientSession, query: str = "") -> str:
+    async with metrics_http.get("/metrics" + query) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        return (await resp.read()).decode()
+
+
+def value(text: str, prefix: str) -> float:
+    (line,) = [line for line in text.splitlines() if line.startswith(prefix)]
+    return float(line.rsplit(" ", 1)[1])
+
+
+async def test_grpc_and_rest_count_alike(  # type: ignore[no-untyped-def]
+    gateway: Gateway, http, metrics_http, redis_client: aioredis.Redis, responder
+) -> None:
+    await register(redis_client)
+    await responder(answer)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.port}") as channel:
+        stub = InferenceAPIsServiceStub(channel)
+        await stub.Predictions(PredictionsRequest(model_name="echo", input={"data": b"x"}))
+        await stub.Predictions(
+            PredictionsRequest(model_name="echo", model_version="1.0", input={"data": b"x"})
+        )
+    for path in ("/predictions/echo", "/predictions/echo/1.0", "/predictions/nope"):
+        async with http.post(path, data=b"x") as resp:
+            await resp.read()
+    text = await scrape(metrics_http)
+    host = socket.gethostname()
+    labels = f'{{model_name="echo",model_version="default",hostname="{host}",}}'
+    assert (
+        "# HELP ts_inference_requests_total Torchserve prometheus counter metric with unit: Count\n" in text
+    )
+    assert "# TYPE ts_inference_requests_total counter\n" in text
+    assert f"ts_inference_requests_total{labels} 2.0\n" in text
+    assert value(text, 'ts_inference_requests_total{model_name="echo",model_version="1.0"') == 2.0
+    assert "nope" not in text  # unknown models are not counted (TorchServe counts after the lookup)
+    assert value(text, f"ts_inference_latency_microseconds{labels}") > 0
+    assert value(text, f"ts_queue_latency_microseconds{labels}") == 2 * 5000.0
+
+
+async def test_name_filter(metrics_http: aiohttp.ClientSession) -> None:
+    text = await scrape(metrics_http, "?name[]=ts_inference_requests_total&name[]=sluice_queue_depth")
+    families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert families == ["ts_inference_requests_total", "sluice_queue_depth"]
+
+
+async def test_cluster_gauges_read_from_redis(  # type: ignore[no-untyped-def]
+    metrics_http, redis_client: aioredis.Redis, responder
+) -> None:
+    await register(redis_client)
+    await register(redis_client, version="2.0", default=False)
+    await responder(answer, version="1.0")
+    await redis_client.xadd(keys.job_stream("echo", "2.0"), {"m": b"queued"})
+    await redis_client.hset(keys.batch_sizes("echo", "1.0"), mapping={"1": 3, "4": 2})
+    text = await scrape(metrics_http)
+    one, two = 'model_name="echo",model_version="1.0",', 'model_name="echo",model_version="2.0",'
+    assert f"sluice_queue_depth{{{two}}} 1.0\n" in text
+    assert f"sluice_queue_depth{{{one}}} 0.0\n" in text
+    assert f"sluice_workers{{{one}}} 1.0\n" in text
+    assert f"sluice_workers{{{two}}} 0.0\n" in text
+    assert "# TYPE sluice_batch_size histogram\n" in text
+    assert f'sluice_batch_size_bucket{{{one}le="1.0",}} 3.0\n' in text
+    assert f'sluice_batch_size_bucket{{{one}le="2.0",}} 3.0\n' in text
+    assert f'sluice_batch_size_bucket{{{one}le="4.0",}} 5.0\n' in text
+    assert f'sluice_batch_size_bucket{{{one}le="+Inf",}} 5.0\n' in text
+    assert f"sluice_batch_size_count{{{one}}} 5.0\n" in text
+    assert f"sluice_batch_size_sum{{{one}}} 11.0\n" in text
+
+
+async def test_metrics_need_no_token_and_stay_up_without_redis(  # type: ignore[no-untyped-def]
+    metrics_http, redis_server
+) -> None:
+    redis_server.kill()
+    started = time.monotonic()
+    text = await scrape(metrics_http)
+    assert "ts_inference_requests_total" in text
+    assert "sluice_queue_depth" not in text
+    assert time.monotonic() - started < 10
