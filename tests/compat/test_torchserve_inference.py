@@ -36,7 +36,8 @@ HANDLER = textwrap.dedent("""
             text = bytes(row["data"]).decode()
             if text.startswith("stream:"):
                 for i in range(int(text.split(":")[1])):
-                    send_intermediate_predict_response([f"chunk-{i}"], context.request_ids, "ok", 200, context)
+                    chunk = [f"chunk-{i}"]
+                    send_intermediate_predict_response(chunk, context.request_ids, "ok", 200, context)
                 out.append("final")
             elif text == "json":
                 out.append({"a": 1, "b": [1, 2]})

@@ -1,7 +1,9 @@
-"""The manager process, wired: Redis, lease, launcher, reconcile loop, startup models, shutdown.
+"""The manager process, wired: Redis, lease, launcher, reconcile loop, management API (gRPC, REST and
+the Celery task worker), startup models, shutdown.
 
-SIGTERM / SIGINT: stop reconciling, SIGTERM the workers (they drain), wait up to
-``worker_stop_timeout_s``, SIGKILL stragglers, release the lease, exit 0.
+The management API is served by the manager holding the lease. SIGTERM / SIGINT: close the management
+ports (in-flight calls get ``api_grace_s``), stop reconciling, SIGTERM the workers (they drain), wait
+up to ``worker_stop_timeout_s``, SIGKILL stragglers, stop the task worker, release the lease, exit 0.
 """
 
 import asyncio
@@ -22,15 +24,21 @@ from sluice_manager.external_launcher import ExternalLauncher
 from sluice_manager.launcher import Launcher
 from sluice_manager.lease import ManagerLease
 from sluice_manager.load_models import startup_specs
+from sluice_manager.management_api import ApiSeams, ManagementApi
 from sluice_manager.policy import Timing
 from sluice_manager.process_launcher import ProcessLauncher, worker_command
 from sluice_manager.reconciler import Reconciler, ReconcilerConfig
+from sluice_manager.security import ManagerSecurity, manager_security, warn_exposure
 from sluice_manager.settings import ManagerSettings
 from sluice_manager.startup import load_startup_models, remove_unused_model_dirs
 from sluice_manager.version_config import ServerDefaults, parse_models_json
 from sluice_manager.waiting import finish, wait_any
 
 log = get_logger(__name__)
+
+
+# In-flight management calls get this long to finish after SIGTERM.
+API_GRACE_S = 5.0
 
 
 class ConfigError(Exception):
@@ -64,7 +72,7 @@ def control_config(settings: ManagerSettings) -> ControlPlaneConfig:
             number_of_gpu=settings.number_of_gpu,
         ),
         models_json=models_json,
-        unregister_timeout_s=settings.unregister_model_timeout_s,
+        lock_wait_s=settings.task_lock_wait_s,
     )
 
 
@@ -80,7 +88,9 @@ def worker_environment(settings: ManagerSettings, environ: Mapping[str, str]) ->
 
 
 class Manager:
-    def __init__(self, settings: ManagerSettings, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, settings: ManagerSettings, environ: Mapping[str, str], *, api_seams: ApiSeams | None = None
+    ) -> None:
         self.settings = settings
         self.host = socket.gethostname()
         self.stop = asyncio.Event()
@@ -101,6 +111,17 @@ class Manager:
             self.redis, control_config(settings), wake=self.reconciler.wake, host=self.host
         )
         self.lease = ManagerLease(self.redis, host=self.host, pid=os.getpid(), ttl_s=settings.lease_ttl_s)
+        # Tests that pass their own seams get no token authorization (and no key file).
+        self.security = ManagerSecurity() if api_seams is not None else manager_security(settings, self.redis)
+        self.api = ManagementApi(
+            settings,
+            self.redis,
+            host=self.host,
+            wake=self.reconciler.wake,
+            environ=environ,
+            seams=api_seams or self.security.seams,
+        )
+        self._api_started = False
 
     def _launcher(self, environ: Mapping[str, str]) -> Launcher:
         if self.settings.launcher == "external":
@@ -127,6 +148,7 @@ class Manager:
             models_dir=str(self.settings.models_path),
         )
         models_dir_ok(self.settings.models_path)
+        warn_exposure(self.settings)
         try:
             if await self._take_lease():
                 await self._serve()
@@ -150,6 +172,9 @@ class Manager:
     async def _serve(self) -> None:
         if not await self._retrying(self._prepare, "adopt workers"):
             return
+        if not await self._retrying(self._prepare_keys, "prepare token keys"):
+            return
+        await self._start_api()
         startup = asyncio.create_task(self._retrying(self._load_startup_models, "load startup models"))
         loop_task = await self._reconcile_until_stopped()
         log.info("manager stopping")
@@ -168,6 +193,19 @@ class Manager:
             error = None if loop_task.cancelled() else loop_task.exception()
             log.error("reconcile loop ended unexpectedly; restarting it", error=repr(error))
             await wait_any(self.stop, timeout_s=1.0)
+
+    async def _start_api(self) -> None:
+        self._api_started = True
+        try:
+            await self.api.start()
+        except (OSError, RuntimeError) as exc:
+            raise ConfigError(f"cannot serve the management API: {exc}") from None
+
+    async def _prepare_keys(self) -> None:
+        try:
+            await self.security.prepare_keys()
+        except OSError as exc:
+            raise ConfigError(f"cannot write the key file {self.settings.key_file}: {exc.strerror}") from None
 
     async def _prepare(self) -> None:
         await self.reconciler.adopt()
@@ -192,6 +230,8 @@ class Manager:
         return False
 
     async def _shutdown(self) -> None:
+        if self._api_started:
+            await _bounded("stop the management API", self.api.stop(API_GRACE_S), API_GRACE_S + 35.0)
         await self.reconciler.shutdown(self.settings.worker_stop_timeout_s)
         # Each remaining step is bounded: a stuck one must not keep the process from exiting.
         await _bounded("close the launcher", self.launcher.aclose())

@@ -75,7 +75,7 @@ def locate(model_store: Path, url: str) -> tuple[Path, ArchiveKind]:
             ErrorCode.INVALID_ARGUMENT, f"Model url is not in the model store: {printable(url)}"
         )
     if not os.path.exists(target):
-        raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found in model store: {printable(url)}")
+        raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found at: {printable(url)}")
     if os.path.isdir(target):
         return Path(target), ArchiveKind.FOLDER
     if target.endswith((".tar.gz", ".tgz")):

@@ -20,6 +20,7 @@ from typing import Any
 from sluice import names
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import BatchPolicy, VersionRecord
+from sluice.v2_declaration import ModelTensors, parse_model_tensors
 
 from sluice_manager.archives import printable
 from sluice_manager.manifest import ArchiveContents
@@ -147,6 +148,7 @@ def build_record(
         loaded_at_startup=options.at_startup,
         registered_unix_ms=now_unix_ms,
         model_yaml_config=contents.model_yaml,
+        tensors=_tensors(contents.model_yaml),
     )
 
 
@@ -163,6 +165,14 @@ def _workers(
         return low, max(low, high)
     workers = _first_not_negative(options.initial_workers, defaults.default_workers_per_model)
     return workers, workers
+
+
+def _tensors(model_yaml: dict[str, Any]) -> ModelTensors:
+    """The KServe v2 declaration (model-config.yaml ``sluice:``); a malformed one refuses the registration."""
+    try:
+        return parse_model_tensors(model_yaml)
+    except ValueError as exc:
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
 
 
 def _first_positive(*values: int | None) -> int | None:
