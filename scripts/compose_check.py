@@ -3,7 +3,8 @@ Predictions and one StreamPredictions call through the gateway, with the project
 
 Waits (bounded) until the model answers: right after `up` the version may not be registered yet or
 its workers may still be loading (NOT_FOUND / UNAVAILABLE); any other error fails at once.
-Prints one PASS/FAIL line per call; exit 0 only if both passed.
+Prints one PASS/FAIL line per call; exit 0 only if both passed. Token authorization is on in the
+stack: ``--token`` is the inference key (test_compose.sh reads it from the manager's key_file.json).
 """
 
 import argparse
@@ -25,11 +26,17 @@ def _request(args: argparse.Namespace) -> pb.PredictionsRequest:
     )
 
 
+def _metadata(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {args.token}"),) if args.token else ()
+
+
 def wait_for_prediction(stub: pb_grpc.InferenceAPIsServiceStub, args: argparse.Namespace) -> bytes:
     deadline = time.monotonic() + args.timeout_s
     while True:
         try:
-            reply: pb.PredictionResponse = stub.Predictions(_request(args), timeout=CALL_TIMEOUT_S)
+            reply: pb.PredictionResponse = stub.Predictions(
+                _request(args), metadata=_metadata(args), timeout=CALL_TIMEOUT_S
+            )
             return reply.prediction
         except grpc.RpcError as err:
             if err.code() not in NOT_READY or time.monotonic() >= deadline:
@@ -40,7 +47,7 @@ def wait_for_prediction(stub: pb_grpc.InferenceAPIsServiceStub, args: argparse.N
 
 
 def stream_predictions(stub: pb_grpc.InferenceAPIsServiceStub, args: argparse.Namespace) -> list[bytes]:
-    replies = stub.StreamPredictions(_request(args), timeout=CALL_TIMEOUT_S)
+    replies = stub.StreamPredictions(_request(args), metadata=_metadata(args), timeout=CALL_TIMEOUT_S)
     return [reply.prediction for reply in replies]
 
 
@@ -57,6 +64,7 @@ def main() -> int:
     parser.add_argument("--input", default="[5.1, 3.5, 1.4, 0.2]", help="the demo model's example row")
     parser.add_argument("--expect", default='"label"', help="text every prediction must contain")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="how long to wait for the model")
+    parser.add_argument("--token", default="", help="the inference key (empty: send no authorization)")
     args = parser.parse_args()
 
     ok = True

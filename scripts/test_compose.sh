@@ -180,6 +180,20 @@ wait_healthy() { # service, timeout_s
     done
 }
 
+# The inference key from the key_file.json the manager writes in its working directory (token
+# authorization is on by default), once it exists.
+inference_key() {
+    local attempt
+    for attempt in $(seq 90); do
+        if "${COMPOSE[@]}" exec -T manager python -c \
+            'import json; print(json.load(open("key_file.json"))["inference"]["key"])' 2>/dev/null; then
+            return 0
+        fi
+        sleep 1
+    done
+    return 1
+}
+
 main() {
     install_packages
     start_engine
@@ -209,9 +223,10 @@ main() {
         fail "docker-compose up (log: $STATE_DIR/up.log)"
     fi
     wait_healthy gateway 120 || fail "the gateway did not become healthy"
+    TOKEN=$(inference_key) || fail "no key_file.json in the manager container"
     log "gateway healthy; running the checks"
     if ! timeout $((CHECK_TIMEOUT_S + 30)) "$PYTHON" scripts/compose_check.py \
-        --address "127.0.0.1:$GATEWAY_PORT" --timeout-s "$CHECK_TIMEOUT_S"; then
+        --address "127.0.0.1:$GATEWAY_PORT" --timeout-s "$CHECK_TIMEOUT_S" --token "$TOKEN"; then
         fail "end-to-end checks against the compose stack"
     fi
     VERDICT="PASS: the compose stack served Predictions and StreamPredictions"

@@ -39,6 +39,12 @@ class Children:
             name=name, pid=popen.pid, start_time=_start_time(popen.pid), marker=marker, log_file=str(log_file)
         )
 
+    def running(self, ref: ProcessRef) -> bool:
+        """Whether ``ref`` still runs. A child of ours is asked directly: just after the fork its
+        command line is not yet the one ``ref.marker`` names."""
+        popen = self.popens.get(ref.pid)
+        return ref.alive() if popen is None else popen.poll() is None
+
     def exit_code(self, ref: ProcessRef) -> int | None:
         """The exit code of a child that ended (None while it runs or if it is not ours)."""
         popen = self.popens.get(ref.pid)

@@ -28,9 +28,10 @@ def serving(settings: CliSettings, runtime: RuntimeDir, state: PidFile, statuses
     lines = [
         "Sluice is serving.",
         f"  gRPC inference   {settings.gateway_target}  (TorchServe and KServe v2 inference, health)",
-        f"  REST inference   {settings.inference_address}  (not served yet)",
-        f"  management       {management}  (not served yet)",
+        f"  REST inference   {settings.inference_address}  (TorchServe and KServe v2 REST)",
+        f"  management       {management}  (TorchServe management API)",
         f"  Redis            {state.redis_url}  ({redis_note})",
+        f"  tokens           {_tokens(state)}",
     ]
     if statuses:
         for index, status in enumerate(statuses):
@@ -47,6 +48,12 @@ def serving(settings: CliSettings, runtime: RuntimeDir, state: PidFile, statuses
         "Stop it with: sluice stop",
     ]
     info("\n".join(lines))
+
+
+def _tokens(state: PidFile) -> str:
+    if not state.key_file:
+        return "OFF: anyone who reaches the ports can use every API"
+    return f"on: keys in {state.key_file} (send Authorization: Bearer <key>)"
 
 
 def start_failed(failure: StartFailed, runtime: RuntimeDir) -> None:

@@ -85,6 +85,8 @@ class PidFile(BaseModel):
     processes: list[ProcessRef] = []
     # The `sluice start --foreground` process that owns them: `sluice stop` asks it to stop them.
     owner: ProcessRef | None = None
+    # The key file the manager writes (token authorization on); `sluice stop` deletes it.
+    key_file: str = ""
 
     @classmethod
     def new(

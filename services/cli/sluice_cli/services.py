@@ -21,11 +21,19 @@ class StartOptions:
 
 
 def service_env(
-    environ: Mapping[str, str], options: StartOptions, *, home: Path, redis_url: str
+    environ: Mapping[str, str],
+    options: StartOptions,
+    *,
+    home: Path,
+    redis_url: str,
+    key_file: Path | None = None,
 ) -> dict[str, str]:
     """The children's environment: ours plus the settings the flags chose. The services read their own
     keys from config.properties (SLUICE_TS_CONFIG); the environment overrides it."""
     env = dict(environ)
+    if key_file is not None:
+        # Absolute, so the manager writes the keys where this command was run (TorchServe's cwd).
+        env["SLUICE_KEY_FILE"] = str(key_file)
     env["SLUICE_HOME"] = str(home)
     env["SLUICE_REDIS_URL"] = redis_url
     env.setdefault("PYTHONUNBUFFERED", "1")

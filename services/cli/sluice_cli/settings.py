@@ -5,13 +5,15 @@ from pathlib import Path
 from typing import ClassVar
 
 from pydantic import Field
-from sluice.settings import CommonSettings
+from sluice.auth_settings import AuthSettings
 
 LOOPBACK = "127.0.0.1"
 
 
-class CliSettings(CommonSettings):
+class CliSettings(AuthSettings):
     TS_KEYS: ClassVar[dict[str, str]] = {
+        # disable_token_authorization, sluice_key_file: where the manager writes the keys.
+        **AuthSettings.TS_KEYS,
         "grpc_inference_address": "grpc_inference_address",
         "grpc_inference_port": "grpc_inference_port",
         "grpc_management_address": "grpc_management_address",

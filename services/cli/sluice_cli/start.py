@@ -89,7 +89,17 @@ def _preflight(settings: CliSettings, options: StartOptions) -> str:
     host = settings.gateway_target.rsplit(":", 1)[0]
     if port_in_use(host, settings.grpc_inference_port):
         return f"the gRPC inference port {settings.gateway_target} is in use (set grpc_inference_port)"
+    management_host = _local_host(settings.grpc_management_address)
+    if port_in_use(management_host, settings.grpc_management_port):
+        return (
+            f"the gRPC management port {management_host}:{settings.grpc_management_port} is in use "
+            "(set grpc_management_port)"
+        )
     return ""
+
+
+def _local_host(host: str) -> str:
+    return LOOPBACK if host in ("0.0.0.0", "::", "") else host
 
 
 def _launch(
@@ -102,7 +112,11 @@ def _launch(
     *,
     fresh: bool,
 ) -> list[ModelStatus]:
-    env = service_env(environ, options, home=runtime.home, redis_url=settings.service_redis_url)
+    key_file = settings.key_file.absolute() if token_auth_on(settings, options) else None
+    state.key_file = str(key_file or "")
+    env = service_env(
+        environ, options, home=runtime.home, redis_url=settings.service_redis_url, key_file=key_file
+    )
     if state.private_redis:
         if fresh:
             clear_redis_data(runtime.redis_data)
@@ -129,6 +143,11 @@ def _launch(
         )
     finally:
         client.close()
+
+
+def token_auth_on(settings: CliSettings, options: StartOptions) -> bool:
+    """--disable-token-auth can only switch token authorization off."""
+    return settings.token_auth_enabled and not options.disable_token_auth
 
 
 def _spawn(
@@ -169,7 +188,7 @@ def _wait_for_redis(url: str, state: PidFile, children: Children) -> None:
 
 def _check_children(state: PidFile, children: Children) -> None:
     for ref in state.processes:
-        if not ref.alive():
+        if not children.running(ref):
             code = children.exit_code(ref)
             suffix = f" with code {code}" if code is not None else ""
             raise StartFailed(f"the {ref.name} exited{suffix}", [Path(ref.log_file)])

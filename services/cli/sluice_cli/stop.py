@@ -6,10 +6,12 @@ import os
 import signal
 import socket
 import time
+from pathlib import Path
 
 import psutil
 import redis
 from sluice import keys
+from sluice.auth_keys import remove_key_file
 
 from sluice_cli import output
 from sluice_cli.children import Children, kill_process, stop_process
@@ -58,6 +60,9 @@ def stop_all(state: PidFile, settings: CliSettings, children: Children | None = 
         stop_process(ref, _timeout_s(ref, settings), children)
     if not state.private_redis:
         kill_leftover_workers(state.redis_url)
+    if state.key_file:
+        # As TorchServe deletes key_file.json at shutdown; the next start creates new keys.
+        remove_key_file(Path(state.key_file))
 
 
 def _timeout_s(ref: ProcessRef, settings: CliSettings) -> float:

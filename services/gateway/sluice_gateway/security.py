@@ -1,0 +1,65 @@
+"""The gateway's security wiring: token authorization on both inference transports (inference key;
+``grpc.health.v1`` and the REST API description exempt; metrics have no token, as in TorchServe) and
+warnings for listeners reachable from the network.
+
+``serve`` builds :func:`gateway_security` from the settings and hands its pieces to :class:`Gateway`
+through the ``interceptors`` / ``rest_middlewares`` seams.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from sluice.auth_grpc import TokenAuthInterceptor
+from sluice.auth_http import inference_scope, token_middleware
+from sluice.auth_keys import KeyKind
+from sluice.auth_store import TokenStore, TokenVerifier
+from sluice.exposure import check_listener
+from sluice.log import get_logger
+from sluice.redis_client import connect
+
+from sluice_gateway.rest_api.addresses import parse_address
+from sluice_gateway.settings import GatewaySettings
+
+log = get_logger(__name__)
+
+
+@dataclass
+class GatewaySecurity:
+    interceptors: list[Any] = field(default_factory=list)
+    rest_middlewares: list[Any] = field(default_factory=list)
+    verifier: TokenVerifier | None = None
+    _redis: "aioredis.Redis | None" = None
+
+    async def aclose(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+
+def gateway_security(settings: GatewaySettings) -> GatewaySecurity:
+    if not settings.token_auth_enabled:
+        log.warning("token authorization is OFF (disable_token_authorization): any caller can infer")
+        return GatewaySecurity()
+    redis = connect(settings.redis_url)
+    verifier = TokenVerifier(TokenStore(redis), cache_s=settings.token_cache_s)
+    codes = settings.token_error_codes
+    return GatewaySecurity(
+        interceptors=[TokenAuthInterceptor(verifier, KeyKind.INFERENCE, codes=codes)],
+        rest_middlewares=[token_middleware(verifier, inference_scope, codes)],
+        verifier=verifier,
+        _redis=redis,
+    )
+
+
+def warn_exposure(settings: GatewaySettings) -> None:
+    """A WARNING for each listener that is not bound to loopback."""
+    auth = settings.token_auth_enabled
+    check_listener("gateway", "grpc_inference", settings.grpc_inference_address, token_auth=auth)
+    check_listener("gateway", "inference_address", _host(settings.inference_address), token_auth=auth)
+    if settings.enable_metrics_api:
+        check_listener("gateway", "metrics_address", _host(settings.metrics_address), token_auth=None)
+
+
+def _host(address: str) -> str:
+    parsed = parse_address(address)
+    return f"unix:{parsed.unix_path}" if parsed.unix_path else parsed.host

@@ -1,0 +1,79 @@
+"""Token authorization for grpc.aio servers: one interceptor, used by the gateway (inference key) and
+the manager (management key).
+
+A call carries metadata ``authorization: Bearer <key>``. Every method of the server needs the key of
+the interceptor's scope except the exempt services (by default ``grpc.health.v1.Health``, which load
+balancers and ``sluice start`` probe without credentials). A refused call is closed before its request
+is even parsed: the interceptor never hands it to the real handler, so unknown methods are refused the
+same way as known ones (the method set is not revealed to callers without a key).
+"""
+
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import Any
+
+import grpc
+
+from sluice.auth_keys import KeyKind
+from sluice.auth_policy import Refusal, bearer_token, refusal
+from sluice.auth_settings import TokenErrorCodes
+from sluice.auth_store import TokenVerifier
+from sluice.log import get_logger
+
+log = get_logger(__name__)
+
+HEALTH_SERVICE = "grpc.health.v1.Health"
+AUTHORIZATION = "authorization"
+
+
+def service_of(method: str) -> str:
+    """``/pkg.Service/Method`` -> ``pkg.Service``."""
+    return method.lstrip("/").split("/", 1)[0]
+
+
+def authorization_values(metadata: Iterable[tuple[str, Any]] | None) -> list[str]:
+    found: list[str] = []
+    for key, value in metadata or ():
+        if key.lower() == AUTHORIZATION:
+            found.append(value.decode("latin-1") if isinstance(value, bytes) else str(value))
+    return found
+
+
+class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    def __init__(
+        self,
+        verifier: TokenVerifier,
+        scope: KeyKind,
+        *,
+        codes: TokenErrorCodes = "torchserve",
+        exempt_services: Collection[str] = (HEALTH_SERVICE,),
+    ) -> None:
+        self._verifier = verifier
+        self._scope = scope
+        self._codes = codes
+        self._exempt = frozenset(exempt_services)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        handler_call_details: Any,
+    ) -> Any:
+        method = handler_call_details.method
+        if service_of(method) in self._exempt:
+            return await continuation(handler_call_details)
+        token = bearer_token(authorization_values(handler_call_details.invocation_metadata))
+        verdict = await self._verifier.verify(self._scope, token)
+        denied = refusal(verdict, self._codes)
+        if denied is None:
+            return await continuation(handler_call_details)
+        log.info("call refused", method=method, reason=verdict.value, scope=self._scope.value)
+        return _deny_handler(denied)
+
+
+def _deny_handler(denied: Refusal) -> Any:
+    """A handler that closes the call at once. Stream-stream with no deserializer fits every method
+    kind and never parses the request."""
+
+    async def deny(requests: Any, context: Any) -> None:
+        await context.abort(denied.grpc_code, denied.message)
+
+    return grpc.stream_stream_rpc_method_handler(deny)

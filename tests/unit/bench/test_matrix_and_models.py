@@ -1,0 +1,69 @@
+import yaml
+
+from bench import matrix
+from bench.models import Variant
+
+
+def test_variant_names_and_batching_labels() -> None:
+    assert Variant("mlp").name == "mlp_b1_w1"
+    assert Variant("mlp").batching == "off"
+    eager = Variant("cnn", batch_size=8, policy="eager", workers=2)
+    assert eager.name == "cnn_b8_w2_eager"
+    assert eager.batching == "eager"
+    assert Variant("stream").name == "stream"
+
+
+def test_model_config_carries_the_settings_both_servers_read() -> None:
+    config = yaml.safe_load(
+        Variant("mlp", batch_size=8, max_batch_delay_ms=5, policy="eager", workers=2).model_config_yaml()
+    )
+    assert (config["batchSize"], config["maxBatchDelay"], config["batchPolicy"]) == (8, 5, "eager")
+    assert (config["minWorkers"], config["maxWorkers"]) == (2, 2)
+    assert config["handler"]["input_shape"] == [64]
+    assert config["sluice"]["tensor_handler"] is True
+    # Idle models get their (zero) workers from config.properties, so the yaml must not set any.
+    assert "minWorkers" not in Variant("idle").model_config()
+
+
+def test_full_plan_covers_the_issue_matrix() -> None:
+    plan = matrix.plan("full")
+    assert plan.reps >= 3
+    cells = [(g.server, c) for g in plan.groups for c in g.cells]
+    grid = {(s, c.model, c.concurrency) for s, c in cells if c.section == "matrix" and c.api == "predictions"}
+    for server in ("sluice", "torchserve"):
+        for model in (
+            "mlp_b1_w1",
+            "mlp_b8_w1_fill",
+            "mlp_b1_w2",
+            "mlp_b8_w2_fill",
+            "cnn_b1_w1",
+            "cnn_b8_w2_fill",
+        ):
+            for concurrency in (1, 4, 16, 64):
+                assert (server, model, concurrency) in grid
+    # Both batch policies on Sluice; TorchServe has none.
+    assert ("sluice", "mlp_b8_w1_eager", 1) in grid
+    assert not any(s == "torchserve" and "eager" in m for s, m, _ in grid)
+    apis = {c.api for _, c in cells}
+    assert apis == {"predictions", "kserve", "rest", "stream"}
+    assert {c.client for _, c in cells} == {"python", "h2load"}
+    assert any(g.idle_models == 100 for g in plan.groups)
+    assert any(g.soak_s >= 60 for g in plan.groups)
+    assert any(g.held_streams >= 1000 for g in plan.groups)
+    ts_mlp = next(g for g in plan.groups if g.server == "torchserve" and g.label == "mlp")
+    assert ts_mlp.warmup_s >= 60
+
+
+def test_each_sluice_cnn_configuration_gets_its_own_start() -> None:
+    groups = [g for g in matrix.plan("full").groups if g.server == "sluice" and g.label.startswith("cnn")]
+    assert all(len(g.variants) == 1 for g in groups)
+    assert len(groups) >= 4
+
+
+def test_smoke_plan_is_small_and_sluice_only() -> None:
+    plan = matrix.plan("smoke")
+    assert {g.server for g in plan.groups} == {"sluice"}
+    assert not plan.with_torchserve
+    assert all(c.client == "python" for g in plan.groups for c in g.cells)
+    seconds = sum(c.duration_s + c.warmup_s for g in plan.groups for c in g.cells)
+    assert seconds < 20
