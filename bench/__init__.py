@@ -1,0 +1,8 @@
+"""Sluice's benchmark suite (``make bench``, ``make bench-quick``): Sluice side by side with the
+in-process limit of the same handler and with TorchServe 0.12, same load generator, same payloads.
+
+Modules: ``models`` (TorchScript models and ``.mar`` archives, built in code), ``payloads`` (request
+bytes), ``loadgen`` / ``h2load`` (load generators), ``servers`` (in-process, Sluice, TorchServe),
+``collectors`` (RSS, CPU, Redis memory), ``matrix`` (what runs), ``runner`` (runs it), ``report`` /
+``plots`` (Markdown and PNG from the raw JSON lines), ``targets`` (the issue's targets as data).
+"""

@@ -1,0 +1,364 @@
+"""What a benchmark run measures: presets (``full``, ``quick``, ``smoke``) expanded into server groups
+and load cells. Pure data: no I/O, no torch.
+
+A *group* is one server start with a set of archives loaded together; its cells run against it, every
+repetition in turn (repetition outermost, so slow drifts spread over all cells). Sluice gives each
+worker ``cores // workers on the host`` torch threads, so each CNN configuration gets a start of its
+own; the mlp configurations share one start on both servers.
+"""
+
+from dataclasses import dataclass, field, replace
+
+from bench.models import Variant
+
+APIS = ("predictions", "kserve", "rest", "stream")
+CLIENTS = ("python", "h2load")
+SERVERS = ("sluice", "torchserve")
+
+
+@dataclass(frozen=True)
+class LoadCell:
+    api: str
+    model: str
+    concurrency: int
+    duration_s: float
+    warmup_s: float
+    client: str = "python"
+    # matrix | protocols | h2load | queue_depth | idle_models | profile | pinning
+    section: str = "matrix"
+    pin_client: bool = False
+
+    def __post_init__(self) -> None:
+        if self.api not in APIS or self.client not in CLIENTS:
+            raise ValueError(f"unknown api/client {self.api}/{self.client}")
+
+
+@dataclass(frozen=True)
+class Group:
+    server: str
+    label: str
+    variants: tuple[Variant, ...]
+    cells: tuple[LoadCell, ...]
+    # Load before the cells (TorchServe's JVM needs ~60 s of it to reach its steady speed).
+    warmup_s: float = 0.0
+    idle_models: int = 0
+    soak_s: float = 0.0
+    held_streams: int = 0
+
+    @property
+    def models(self) -> list[str]:
+        return [variant.name for variant in self.variants]
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    reps: int
+    groups: tuple[Group, ...]
+    # (kind, batch sizes, seconds per batch size)
+    inprocess: tuple[tuple[str, tuple[int, ...], float], ...]
+    cold_start_reps: int = 1
+    register_reps: int = 1
+    profile_s: float = 0.0
+    with_torchserve: bool = True
+    with_h2load: bool = True
+    # Hard bound on the whole run.
+    deadline_s: float = 3 * 3600.0
+    stream_messages: int = 20
+    stream_gap_ms: float = 1.0
+
+    def without_torchserve(self) -> "Plan":
+        return replace(
+            self, with_torchserve=False, groups=tuple(g for g in self.groups if g.server != "torchserve")
+        )
+
+    def without_h2load(self) -> "Plan":
+        groups = tuple(
+            replace(g, cells=tuple(c for c in g.cells if c.client != "h2load")) for g in self.groups
+        )
+        return replace(self, with_h2load=False, groups=groups)
+
+    def variants(self) -> list[Variant]:
+        """Every archive the plan needs, once."""
+        seen: dict[str, Variant] = {}
+        for group in self.groups:
+            for variant in group.variants:
+                seen.setdefault(variant.name, variant)
+        for kind, _batches, _seconds in self.inprocess:
+            base = Variant(kind)
+            seen.setdefault(base.name, base)
+        return list(seen.values())
+
+
+def mlp(batch: int, workers: int, policy: str = "fill") -> Variant:
+    return Variant("mlp", batch_size=batch, max_batch_delay_ms=5, policy=policy, workers=workers)
+
+
+def cnn(batch: int, workers: int, policy: str = "fill") -> Variant:
+    return Variant("cnn", batch_size=batch, max_batch_delay_ms=5, policy=policy, workers=workers)
+
+
+def stream(messages: int, gap_ms: float) -> Variant:
+    return Variant("stream", stream_messages=messages, stream_gap_ms=gap_ms, job_queue_size=2000)
+
+
+def _cells(
+    api: str,
+    variants: list[Variant],
+    concurrency: tuple[int, ...],
+    duration_s: float,
+    warmup_s: float,
+    client: str = "python",
+    section: str = "matrix",
+) -> list[LoadCell]:
+    return [
+        LoadCell(api, variant.name, c, duration_s, warmup_s, client=client, section=section)
+        for variant in variants
+        for c in concurrency
+    ]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The knobs a preset turns."""
+
+    name: str
+    reps: int
+    concurrency: tuple[int, ...]
+    protocol_concurrency: tuple[int, ...]
+    h2load_concurrency: tuple[int, ...]
+    queue_depths: tuple[int, ...]
+    mlp_s: tuple[float, float]
+    cnn_s: tuple[float, float]
+    cnn_concurrency: tuple[int, ...]
+    ts_warmup_s: float
+    soak_s: float
+    held_streams: int
+    idle_models: int
+    profile_s: float
+    cold_start_reps: int
+    register_reps: int
+    deadline_s: float
+    mlp_variants: tuple[Variant, ...] = field(default_factory=tuple)
+    cnn_variants: tuple[Variant, ...] = field(default_factory=tuple)
+    inprocess_s: float = 3.0
+
+
+def _mlp_group(server: str, sizes: Sizes) -> Group:
+    # TorchServe has no batch policy: its batching is `fill`, so the eager archives are Sluice's.
+    variants = [v for v in sizes.mlp_variants if server == "sluice" or v.batching != "eager"]
+    base = variants[0]
+    batched = [v for v in variants if v.batch_size > 1 and v.workers == 1]
+    seconds, warm = sizes.mlp_s
+    cells = _cells("predictions", variants, sizes.concurrency, seconds, warm)
+    protocol_variants = [base, *batched[-1:]]
+    for api in ("kserve", "rest") if server == "sluice" else ("rest",):
+        cells += _cells(
+            api, protocol_variants, sizes.protocol_concurrency, seconds, warm, section="protocols"
+        )
+    cells += _cells(
+        "predictions",
+        [base, *batched],
+        sizes.h2load_concurrency,
+        seconds,
+        warm,
+        client="h2load",
+        section="h2load",
+    )
+    cells += _cells("predictions", [base], sizes.queue_depths, seconds, warm, section="queue_depth")
+    if batched and sizes.reps > 1:
+        top = max(sizes.concurrency)
+        for pinned in (True, False):
+            cells.append(
+                LoadCell(
+                    "predictions", batched[-1].name, top, seconds, warm, section="pinning", pin_client=pinned
+                )
+            )
+    return Group(
+        server,
+        "mlp",
+        tuple(variants),
+        tuple(cells),
+        warmup_s=sizes.ts_warmup_s if server == "torchserve" else 0.0,
+        # Without the idle-model groups, the Redis soak runs on the mlp start.
+        soak_s=sizes.soak_s if server == "sluice" and not sizes.idle_models else 0.0,
+    )
+
+
+def _cnn_groups(server: str, sizes: Sizes) -> list[Group]:
+    variants = [v for v in sizes.cnn_variants if server == "sluice" or v.batching != "eager"]
+    if not variants:
+        return []
+    seconds, warm = sizes.cnn_s
+    # Sluice sizes torch threads by the workers on the host: one start per configuration. TorchServe
+    # keeps torch's defaults whatever is loaded, so one start serves them all.
+    members = [[v] for v in variants] if server == "sluice" else [variants]
+    warmup_s = min(10.0, sizes.ts_warmup_s) if server == "torchserve" else 0.0
+    return [
+        Group(
+            server,
+            group[0].name if len(group) == 1 else "cnn",
+            tuple(group),
+            tuple(_cells("predictions", group, sizes.cnn_concurrency, seconds, warm)),
+            warmup_s=warmup_s,
+        )
+        for group in members
+    ]
+
+
+def _stream_group(server: str, sizes: Sizes) -> Group:
+    variant = stream(20, 1.0)
+    seconds, warm = sizes.mlp_s
+    concurrency = (1, 4) if sizes.reps > 1 else (1,)
+    return Group(
+        server,
+        "stream",
+        (variant,),
+        tuple(_cells("stream", [variant], concurrency, seconds, warm)),
+        held_streams=sizes.held_streams if server == "sluice" else 0,
+    )
+
+
+def _idle_groups(sizes: Sizes) -> list[Group]:
+    """mlp alone (with the Redis soak), then mlp beside ``idle_models`` registered idle models."""
+    base = sizes.mlp_variants[0]
+    seconds, warm = sizes.mlp_s
+    cells = tuple(_cells("predictions", [base], (16, 64), seconds, warm, section="idle_models"))
+    return [
+        Group("sluice", "idle0", (base,), cells, soak_s=sizes.soak_s),
+        Group(
+            "sluice",
+            f"idle{sizes.idle_models}",
+            (base, Variant("idle")),
+            cells,
+            idle_models=sizes.idle_models,
+        ),
+    ]
+
+
+def build(sizes: Sizes) -> Plan:
+    groups: list[Group] = []
+    for server in SERVERS:
+        groups.append(_mlp_group(server, sizes))
+        groups += _cnn_groups(server, sizes)
+        groups.append(_stream_group(server, sizes))
+    if sizes.idle_models:
+        groups += _idle_groups(sizes)
+    return Plan(
+        name=sizes.name,
+        reps=sizes.reps,
+        groups=tuple(groups),
+        inprocess=(("mlp", (1, 8), sizes.inprocess_s), ("cnn", (1, 8), sizes.inprocess_s * 2)),
+        cold_start_reps=sizes.cold_start_reps,
+        register_reps=sizes.register_reps,
+        profile_s=sizes.profile_s,
+        deadline_s=sizes.deadline_s,
+    )
+
+
+FULL = Sizes(
+    name="full",
+    reps=3,
+    concurrency=(1, 4, 16, 64),
+    protocol_concurrency=(1, 16, 64),
+    h2load_concurrency=(16, 64),
+    queue_depths=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+    mlp_s=(4.0, 1.0),
+    cnn_s=(8.0, 2.0),
+    cnn_concurrency=(1, 4, 16, 64),
+    ts_warmup_s=60.0,
+    soak_s=60.0,
+    held_streams=1000,
+    idle_models=100,
+    profile_s=8.0,
+    cold_start_reps=3,
+    register_reps=3,
+    deadline_s=3 * 3600.0,
+    mlp_variants=(
+        mlp(1, 1),
+        mlp(8, 1, "fill"),
+        mlp(8, 1, "eager"),
+        mlp(1, 2),
+        mlp(8, 2, "fill"),
+        mlp(8, 2, "eager"),
+    ),
+    cnn_variants=(cnn(1, 1), cnn(8, 1, "fill"), cnn(8, 1, "eager"), cnn(1, 2), cnn(8, 2, "fill")),
+    inprocess_s=3.0,
+)
+
+QUICK = Sizes(
+    name="quick",
+    reps=1,
+    concurrency=(1, 16, 64),
+    protocol_concurrency=(1, 16),
+    h2load_concurrency=(64,),
+    queue_depths=(1, 16, 128),
+    mlp_s=(1.5, 0.5),
+    cnn_s=(3.0, 1.0),
+    cnn_concurrency=(16,),
+    ts_warmup_s=10.0,
+    soak_s=10.0,
+    held_streams=1000,
+    idle_models=0,
+    profile_s=3.0,
+    cold_start_reps=1,
+    register_reps=1,
+    deadline_s=900.0,
+    mlp_variants=(mlp(1, 1), mlp(8, 1, "fill"), mlp(8, 1, "eager")),
+    cnn_variants=(cnn(8, 1, "fill"),),
+    inprocess_s=1.0,
+)
+
+SMOKE = Sizes(
+    name="smoke",
+    reps=1,
+    concurrency=(1, 4),
+    protocol_concurrency=(1,),
+    h2load_concurrency=(4,),
+    queue_depths=(),
+    mlp_s=(0.5, 0.2),
+    cnn_s=(0.5, 0.2),
+    cnn_concurrency=(),
+    ts_warmup_s=0.0,
+    soak_s=1.0,
+    held_streams=50,
+    idle_models=0,
+    profile_s=0.0,
+    cold_start_reps=0,
+    register_reps=0,
+    deadline_s=120.0,
+    mlp_variants=(mlp(1, 1), mlp(8, 1, "eager")),
+    cnn_variants=(),
+    inprocess_s=0.3,
+)
+
+
+def only(built: Plan, prefixes: list[str]) -> Plan:
+    """The groups whose label starts with one of ``prefixes`` (and the matching in-process models);
+    cold start and registration only when ``lifecycle`` is among them."""
+    lifecycle = "lifecycle" in prefixes
+    return replace(
+        built,
+        groups=tuple(g for g in built.groups if g.label.startswith(tuple(prefixes))),
+        inprocess=tuple(item for item in built.inprocess if item[0].startswith(tuple(prefixes))),
+        cold_start_reps=built.cold_start_reps if lifecycle else 0,
+        register_reps=built.register_reps if lifecycle else 0,
+    )
+
+
+def plan(name: str) -> Plan:
+    sizes = {"full": FULL, "quick": QUICK, "smoke": SMOKE}[name]
+    built = build(sizes)
+    if name == "smoke":
+        built = built.without_torchserve().without_h2load()
+        # One start serves every smoke cell.
+        merged = Group(
+            "sluice",
+            "smoke",
+            tuple(v for g in built.groups for v in g.variants),
+            tuple(c for g in built.groups for c in g.cells),
+            soak_s=sizes.soak_s,
+            held_streams=sizes.held_streams,
+        )
+        built = replace(built, groups=(merged,), inprocess=(("mlp", (1,), sizes.inprocess_s),))
+    return built

@@ -1,0 +1,548 @@
+"""Runs a :class:`bench.matrix.Plan`: builds the archives, measures the in-process limit, cold start
+and register-to-READY of each server, then every group's cells; writes ``results.jsonl``, then the
+report and plots. Every cell is bounded in time; a failing cell or server start becomes an ``error``
+record and the run goes on."""
+
+import contextlib
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from bench import collectors, h2load, loadgen, models, profiling, tools
+from bench.cells import of_kind
+from bench.matrix import Group, LoadCell, Plan
+from bench.models import Variant
+from bench.payloads import (
+    MODEL_INFER_METHOD,
+    PREDICTIONS_METHOD,
+    REST_CONTENT_TYPE,
+    STREAM_PREDICTIONS_METHOD,
+    Payloads,
+    grpc_frame,
+    predictions_request,
+)
+from bench.results import ResultsWriter
+from bench.servers.common import Server
+from bench.servers.sluice import SluiceServer
+from bench.servers.torchserve import TorchServeServer
+from bench.stats import spread
+
+REGISTER_MODEL = "mlp_b1_w1"
+MANAGEMENT_SERVICE = "/org.pytorch.serve.grpc.management.ManagementAPIsService"
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Runner:
+    plan: Plan
+    out_dir: Path
+    work_dir: Path
+    torchserve_venv: Path | None = None
+    writer: ResultsWriter = field(init=False)
+    variants: dict[str, Variant] = field(default_factory=dict)
+    payloads: dict[str, Payloads] = field(default_factory=dict)
+    _deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.writer = ResultsWriter(self.out_dir)
+        self.store = self.work_dir / "model-store"
+        self.weights = self.work_dir / "weights"
+        self._deadline = time.monotonic() + self.plan.deadline_s
+
+    # ---- the run -------------------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        self.writer.write(self._environment("start"))
+        log(f"building archives into {self.store}")
+        built = models.build_archives(self.plan.variants(), self.store, self.weights)
+        self.variants = {variant.name: variant for variant in self.plan.variants()}
+        for name, variant in self.variants.items():
+            self.payloads[name] = Payloads.build(name, variant.shape)
+        self.writer.write({"kind": "archives", "archives": {k: str(v) for k, v in built.items()}})
+        self._step("in-process limit", self.inprocess)
+        servers = ["sluice", *(["torchserve"] if self.plan.with_torchserve else [])]
+        for server in servers:
+            self._step(f"{server} cold start", lambda s=server: self.cold_start(s))
+            self._step(f"{server} register", lambda s=server: self.register(s))
+        for group in self.plan.groups:
+            self._step(f"{group.server} group {group.label}", lambda g=group: self.run_group(g))
+        self.writer.write(self._environment("end"))
+        self.writer.close()
+        return self.writer.records
+
+    def _step(self, label: str, action: Callable[[], None]) -> None:
+        if time.monotonic() > self._deadline:
+            self.writer.write(
+                {"kind": "error", "step": label, "error": "skipped: the run's time bound passed"}
+            )
+            return
+        log(label)
+        try:
+            action()
+        except Exception as exc:  # a failing step is a result, not the end of the run
+            log(f"{label} failed: {exc}")
+            self.writer.write(
+                {
+                    "kind": "error",
+                    "step": label,
+                    "error": str(exc)[-2000:],
+                    "trace": traceback.format_exc()[-4000:],
+                }
+            )
+
+    def _environment(self, phase: str) -> dict[str, Any]:
+        return {
+            "kind": "env",
+            "phase": phase,
+            "plan": self.plan.name,
+            "time_unix": time.time(),
+            "cpus": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)),
+            "load_average": collectors.load_average(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "java": tools.java_version() if self.plan.with_torchserve else "",
+            "h2load": h2load.available(),
+            "reps": self.plan.reps,
+        }
+
+    # ---- in-process limit ----------------------------------------------------------------------
+    def inprocess(self) -> None:
+        for kind, batches, seconds in self.plan.inprocess:
+            variant = Variant(kind)
+            data_file = self.work_dir / f"{kind}.input"
+            data_file.write_bytes(self.payloads[variant.name].data)
+            for rep in range(self.plan.reps):
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "bench.servers.inprocess",
+                    "--archive",
+                    str(self.store / f"{variant.name}.mar"),
+                    "--data",
+                    str(data_file),
+                    "--duration-s",
+                    str(seconds),
+                    "--warmup-s",
+                    str(min(1.0, seconds)),
+                    "--threads",
+                    str(os.cpu_count() or 1),
+                ]
+                for batch in batches:
+                    argv += ["--batch", str(batch)]
+                done = subprocess.run(
+                    argv, capture_output=True, text=True, timeout=300 + 4 * seconds, check=False
+                )
+                if done.returncode != 0:
+                    raise RuntimeError(done.stderr[-2000:])
+                for line in done.stdout.splitlines():
+                    result = json.loads(line)
+                    self.writer.write({"kind": "inprocess", "model": kind, "rep": rep, **result})
+
+    # ---- servers -------------------------------------------------------------------------------
+    def _server(self, kind: str, label: str) -> Server:
+        folder = self.work_dir / "servers" / f"{kind}-{label}-{time.time_ns()}"
+        if kind == "sluice":
+            return SluiceServer(home=folder, store=self.store)
+        if self.torchserve_venv is None:
+            raise RuntimeError("TorchServe is not installed for this run")
+        folder.mkdir(parents=True, exist_ok=True)
+        return TorchServeServer(venv=self.torchserve_venv, workdir=folder, store=self.store)
+
+    @contextlib.contextmanager
+    def _running(self, server: Server, group_models: list[str], **start: Any) -> Iterator[Any]:
+        try:
+            timing = server.start(group_models, **start)
+        except RuntimeError as exc:
+            # One retry: a start can fail for reasons outside the server (a port taken meanwhile);
+            # the failure is recorded either way.
+            self.writer.write(
+                {"kind": "error", "step": f"{server.name} start (retried)", "error": str(exc)[-2000:]}
+            )
+            timing = server.start(group_models, **start)
+        try:
+            yield timing
+        finally:
+            server.stop()
+
+    def cold_start(self, kind: str) -> None:
+        for rep in range(self.plan.cold_start_reps):
+            server = self._server(kind, "cold")
+            with self._running(server, []) as timing:
+                time.sleep(1.0)
+                rss = collectors.rss_mib(server.processes())
+            self.writer.write(
+                {"kind": "cold_start", "server": kind, "rep": rep, **asdict(timing), "rss_idle_mib": rss}
+            )
+
+    def register(self, kind: str) -> None:
+        probe = self.payloads[REGISTER_MODEL].predictions
+        for rep in range(self.plan.register_reps):
+            server = self._server(kind, "register")
+            with self._running(server, [REGISTER_MODEL], probe=probe) as timing:
+                cold = spread(
+                    r.get("to_healthy_s") for r in of_kind(self.writer.records, "cold_start", server=kind)
+                )
+                if timing.to_first_prediction_s is not None and cold.count:
+                    # Start with the model until it predicts, less this server's own cold start.
+                    self.writer.write(
+                        {
+                            "kind": "register",
+                            "server": kind,
+                            "rep": rep,
+                            "method": "startup",
+                            "to_first_prediction_s": timing.to_first_prediction_s,
+                            "cold_start_s": cold.median,
+                            "to_ready_s": timing.to_first_prediction_s - cold.median,
+                        }
+                    )
+                seconds = self._register_via_api(server, probe)
+                if seconds is not None:
+                    self.writer.write(
+                        {
+                            "kind": "register",
+                            "server": kind,
+                            "rep": rep,
+                            "method": "grpc management API",
+                            "to_ready_s": seconds,
+                        }
+                    )
+
+    def _register_via_api(self, server: Server, probe: bytes) -> float | None:
+        """Unregister the model, then time RegisterModel(synchronous, 1 worker) until it predicts;
+        None when the server has no gRPC management API."""
+        from sluice.v1 import torchserve_management_pb2 as mgmt
+
+        from bench.servers.common import predict_ok, wait_until
+
+        target = f"127.0.0.1:{server.ports.grpc_management}"
+        with grpc.insecure_channel(target) as channel:
+            unregister = channel.unary_unary(f"{MANAGEMENT_SERVICE}/UnregisterModel")
+            register = channel.unary_unary(f"{MANAGEMENT_SERVICE}/RegisterModel")
+            try:
+                unregister(
+                    mgmt.UnregisterModelRequest(model_name=REGISTER_MODEL).SerializeToString(), timeout=120
+                )
+            except grpc.RpcError as exc:
+                log(f"{server.name}: no gRPC management API ({exc.code().name})")
+                return None
+            wait_until(
+                lambda: not predict_ok(server.ports.grpc_target, probe, 1.0), timeout_s=60, interval_s=0.05
+            )
+            request = mgmt.RegisterModelRequest(
+                url=f"{REGISTER_MODEL}.mar", initial_workers=1, synchronous=True
+            )
+            started = time.perf_counter()
+            register(request.SerializeToString(), timeout=300)
+            wait_until(
+                lambda: predict_ok(server.ports.grpc_target, probe, 1.0), timeout_s=300, interval_s=0.01
+            )
+            return time.perf_counter() - started
+
+    # ---- groups --------------------------------------------------------------------------------
+    def run_group(self, group: Group) -> None:
+        server = self._server(group.server, group.label)
+        names = list(group.models)
+        models_json: dict[str, Any] | None = None
+        if group.idle_models:
+            names = [name for name in names if name != "idle"]
+            idle = [f"idle{index:03d}" for index in range(group.idle_models)]
+            names += [f"{name}=idle.mar" for name in idle]
+            models_json = {name: {models.MODEL_VERSION: {"minWorkers": 0, "maxWorkers": 0}} for name in idle}
+        with self._running(server, names, models_json=models_json) as timing:
+            self.writer.write(
+                {
+                    "kind": "start",
+                    "server": group.server,
+                    "group": group.label,
+                    "models": len(names),
+                    **asdict(timing),
+                }
+            )
+            time.sleep(1.0)
+            self.writer.write(
+                {
+                    "kind": "rss",
+                    "server": group.server,
+                    "group": group.label,
+                    "phase": "idle",
+                    "rss_mib": collectors.rss_mib(server.processes()),
+                }
+            )
+            if group.warmup_s:
+                self._warm_up(server, group)
+            for rep in range(self.plan.reps):
+                for cell in group.cells:
+                    if time.monotonic() > self._deadline:
+                        raise RuntimeError("the run's time bound passed")
+                    self._cell(server, group, cell, rep)
+            if group.soak_s:
+                self._soak(server, group)
+            if group.held_streams and isinstance(server, SluiceServer):
+                self._held_streams(server, group)
+            if self.plan.profile_s and group.server == "sluice" and group.label == "mlp":
+                self._profiles(server, group)
+
+    def _warm_up(self, server: Server, group: Group) -> None:
+        variant = group.variants[0]
+        method = STREAM_PREDICTIONS_METHOD if variant.kind == "stream" else PREDICTIONS_METHOD
+        log(f"warming {server.name} up for {group.warmup_s:g} s")
+        load = loadgen.grpc_stream_load if variant.kind == "stream" else loadgen.grpc_unary_load
+        loadgen.run_async(
+            load(
+                server.ports.grpc_target,
+                method,
+                self.payloads[variant.name].predictions,
+                concurrency=16,
+                duration_s=group.warmup_s,
+                warmup_s=0.0,
+            )
+        )
+
+    def _cell_record(self, server: Server, group: Group, cell: LoadCell, rep: int) -> dict[str, Any]:
+        variant = self.variants[cell.model]
+        return {
+            "kind": "load",
+            "server": server.name,
+            "group": group.label,
+            "section": cell.section,
+            "api": cell.api,
+            "client": cell.client,
+            "model": variant.kind,
+            "variant": variant.name,
+            "batching": variant.batching,
+            "workers": variant.workers,
+            "concurrency": cell.concurrency,
+            "rep": rep,
+            "pin_client": cell.pin_client,
+            "idle_models": group.idle_models,
+        }
+
+    def _cell(self, server: Server, group: Group, cell: LoadCell, rep: int) -> None:
+        record = self._cell_record(server, group, cell, rep)
+        monitor = collectors.ResourceMonitor(server.processes).start()
+        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        try:
+            measured = self._load(server, cell)
+        except Exception as exc:
+            monitor.stop()
+            self.writer.write(
+                {**record, "kind": "error", "step": "load cell", "error": f"{type(exc).__name__}: {exc}"}
+            )
+            return
+        usage = monitor.stop()
+        children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cell.client == "h2load" or cell.pin_client:
+            # The client ran as a child process: its CPU shows in RUSAGE_CHILDREN.
+            usage.cpu_s["client"] = (children_after.ru_utime + children_after.ru_stime) - (
+                children_before.ru_utime + children_before.ru_stime
+            )
+        record.update(measured)
+        record.update(usage.as_record(int(measured.get("requests", 0))))
+        self.writer.write(record)
+        log(
+            f"  {server.name} {cell.api}/{cell.client} {cell.model} C={cell.concurrency} rep {rep}: "
+            f"{measured.get('throughput_rps', 0):,.0f} req/s "
+            f"p50 {measured.get('latency_ms', {}).get('p50', float('nan')):.2f} ms"
+            f" errors {sum(measured.get('errors', {}).values())}"
+        )
+
+    def _load(self, server: Server, cell: LoadCell) -> dict[str, Any]:
+        payloads = self.payloads[cell.model]
+        target = server.ports.grpc_target
+        common = {"concurrency": cell.concurrency, "duration_s": cell.duration_s, "warmup_s": cell.warmup_s}
+        if cell.client == "h2load":
+            return self._h2load(server, cell, payloads)
+        if cell.pin_client:
+            return self._pinned_client(server, cell, payloads)
+        if cell.api == "predictions":
+            result = loadgen.run_async(
+                loadgen.grpc_unary_load(target, PREDICTIONS_METHOD, payloads.predictions, **common)
+            )
+        elif cell.api == "kserve":
+            result = loadgen.run_async(
+                loadgen.grpc_unary_load(target, MODEL_INFER_METHOD, payloads.model_infer, **common)
+            )
+        elif cell.api == "rest":
+            url = f"{server.ports.rest_url}/predictions/{payloads.model}"
+            result = loadgen.run_async(loadgen.rest_load(url, payloads.rest, REST_CONTENT_TYPE, **common))
+        else:
+            result = loadgen.run_async(
+                loadgen.grpc_stream_load(target, STREAM_PREDICTIONS_METHOD, payloads.predictions, **common)
+            )
+        return loadgen.summarize(result)
+
+    def _h2load(self, server: Server, cell: LoadCell, payloads: Payloads) -> dict[str, Any]:
+        body = self.work_dir / f"{payloads.model}.grpc"
+        body.write_bytes(grpc_frame(payloads.predictions))
+        url = f"http://{server.ports.grpc_target}{PREDICTIONS_METHOD}"
+        result = h2load.run(
+            url, body, concurrency=cell.concurrency, duration_s=cell.duration_s, warmup_s=cell.warmup_s
+        )
+        return {
+            "requests": result.succeeded,
+            "throughput_rps": result.throughput_rps,
+            "errors": {"h2load failed": result.failed, "h2load errored": result.errored}
+            if result.failed or result.errored
+            else {},
+            "latency_ms": {
+                "mean": result.latency_mean_ms,
+                "min": result.latency_min_ms,
+                "max": result.latency_max_ms,
+                "sd": result.latency_sd_ms,
+            },
+            "duration_s": result.duration_s,
+        }
+
+    def _pinned_client(self, server: Server, cell: LoadCell, payloads: Payloads) -> dict[str, Any]:
+        """The Python client in its own process, pinned to the last CPU with taskset."""
+        body = self.work_dir / f"{payloads.model}.predictions"
+        body.write_bytes(payloads.predictions)
+        cpu = max(os.sched_getaffinity(0))
+        argv = [
+            "taskset",
+            "-c",
+            str(cpu),
+            sys.executable,
+            "-m",
+            "bench.loadgen_main",
+            "--target",
+            server.ports.grpc_target,
+            "--method",
+            PREDICTIONS_METHOD,
+            "--request",
+            str(body),
+            "--concurrency",
+            str(cell.concurrency),
+            "--duration-s",
+            str(cell.duration_s),
+            "--warmup-s",
+            str(cell.warmup_s),
+        ]
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=cell.duration_s + cell.warmup_s + 120, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-2000:])
+        loaded: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+        loaded["pinned_cpu"] = cpu
+        return loaded
+
+    # ---- extras --------------------------------------------------------------------------------
+    def _soak(self, server: Server, group: Group) -> None:
+        if not isinstance(server, SluiceServer):
+            return
+        variant = group.variants[0]
+        before = collectors.redis_memory(server.redis_url)
+        cell = LoadCell("predictions", variant.name, 16, group.soak_s, 0.0, section="soak")
+        self._cell(server, group, cell, 0)
+        time.sleep(2.0)  # the reply stream is trimmed as replies are read; give the last trim a moment
+        after = collectors.redis_memory(server.redis_url)
+        self.writer.write(
+            {
+                "kind": "redis_memory",
+                "server": server.name,
+                "duration_s": group.soak_s,
+                "before": before,
+                "after": after,
+                "delta_used_memory": after["used_memory"] - before["used_memory"],
+            }
+        )
+
+    def _held_streams(self, server: SluiceServer, group: Group) -> None:
+        variant = group.variants[0]
+        gateway = server.processes().get("gateway", [])
+
+        async def measure() -> dict[str, float]:
+            return collectors.rss_mib({"gateway": gateway})
+
+        idle = collectors.rss_mib({"gateway": gateway})
+        # Each held call asks for a long stream, so that all of them are still open when measured
+        # (a streaming job runs alone on its worker: the rest wait in the queue).
+        request = predictions_request(
+            variant.name, self.payloads[variant.name].data, {"messages": b"400", "gap_ms": b"10"}
+        )
+        still_open, rss, ended = loadgen.run_async(
+            loadgen.hold_streams(
+                server.ports.grpc_target,
+                STREAM_PREDICTIONS_METHOD,
+                request,
+                count=group.held_streams,
+                channels=4,
+                hold_s=3.0,
+                measure=measure,
+            )
+        )
+        self.writer.write(
+            {
+                "kind": "held_streams",
+                "server": server.name,
+                "streams": group.held_streams,
+                "still_open": still_open,
+                "gateway_rss_idle_mib": idle.get("gateway"),
+                "gateway_rss_mib": rss.get("gateway"),
+                "ended_early": dict(ended),
+            }
+        )
+
+    def _profiles(self, server: Server, group: Group) -> None:
+        """py-spy (native frames, all threads) on the client, the gateway and the model's worker
+        while one extra cell runs; profiles cost CPU, so they are not matrix cells."""
+        spy = tools.py_spy()
+        if spy is None:
+            self.writer.write({"kind": "error", "step": "profile", "error": "py-spy is not installed"})
+            return
+        batched = [v for v in group.variants if v.batch_size > 1 and v.workers == 1]
+        cells = [(group.variants[0], 1), (group.variants[0], 64), *((v, 64) for v in batched[-1:])]
+        for variant, concurrency in cells:
+            roles = server.processes()
+            targets = {
+                "client": os.getpid(),
+                **{
+                    role: procs[0].pid
+                    for role, procs in roles.items()
+                    if role == "gateway" or role.startswith(f"worker:{variant.name}:")
+                },
+            }
+            outputs = {
+                role: self.out_dir / "profiles" / profiling.file_name(variant.name, concurrency, role)
+                for role in targets
+            }
+            (self.out_dir / "profiles").mkdir(parents=True, exist_ok=True)
+            recorders = [
+                profiling.start_recording(spy, pid, self.plan.profile_s, outputs[role])
+                for role, pid in targets.items()
+            ]
+            cell = LoadCell(
+                "predictions", variant.name, concurrency, self.plan.profile_s, 0.0, section="profile"
+            )
+            self._cell(server, group, cell, 0)
+            for recorder in recorders:
+                try:
+                    recorder.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    recorder.kill()
+            for role, path in outputs.items():
+                self.writer.write(
+                    {
+                        "kind": "profile",
+                        "server": server.name,
+                        "variant": variant.name,
+                        "concurrency": concurrency,
+                        "role": role,
+                        **profiling.summarize(path),
+                    }
+                )

@@ -1,0 +1,144 @@
+"""Sluice as a user runs it: ``sluice start --ncs --model-store S --models ... --ts-config C`` with a
+private runtime folder (SLUICE_HOME) and free loopback ports; ``sluice stop`` afterwards."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.servers.common import (
+    Ports,
+    StartTiming,
+    config_properties,
+    log_tail,
+    ping_healthy,
+    predict_ok,
+    wait_until,
+)
+
+START_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 120.0
+
+
+@dataclass
+class SluiceServer:
+    home: Path
+    store: Path
+    ports: Ports = field(default_factory=Ports.free)
+    name: str = "sluice"
+    extra_properties: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports.redis}/0"
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["SLUICE_HOME"] = str(self.home)
+        env.pop("SLUICE_TS_CONFIG", None)
+        return env
+
+    def _cli(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "sluice_cli", *args]
+
+    def start(
+        self, models: list[str], *, models_json: Mapping[str, Any] | None = None, probe: bytes | None = None
+    ) -> StartTiming:
+        self.home.mkdir(parents=True, exist_ok=True)
+        config = self.home / "config.properties"
+        config.write_text(config_properties(self.ports, models_json, **self.extra_properties))
+        argv = self._cli("start", "--ncs", "--model-store", str(self.store), "--ts-config", str(config))
+        if models:
+            argv += ["--models", *(f"{name}={name}.mar" if "=" not in name else name for name in models)]
+        log = self.home / "bench-start.log"
+        started = time.perf_counter()
+        with log.open("wb") as out:
+            process = subprocess.Popen(argv, env=self._env(), stdout=out, stderr=subprocess.STDOUT)
+
+        def failed() -> str | None:
+            code = process.poll()
+            if code not in (None, 0):
+                return f"sluice start exited with {code}:\n{log_tail(log)}"
+            return None
+
+        try:
+            to_healthy = wait_until(
+                lambda: ping_healthy(self.ports.grpc_target, 0.2), timeout_s=START_TIMEOUT_S, abort=failed
+            )
+            first = None
+            if probe is not None:
+                first = to_healthy + wait_until(
+                    lambda: predict_ok(self.ports.grpc_target, probe, 1.0),
+                    timeout_s=START_TIMEOUT_S,
+                    interval_s=0.01,
+                    abort=failed,
+                )
+            code = process.wait(timeout=START_TIMEOUT_S)
+        except BaseException:
+            process.kill()
+            self.stop()
+            raise
+        to_ready = time.perf_counter() - started
+        if code != 0:
+            self.stop()
+            raise RuntimeError(f"sluice start exited with {code}:\n{log_tail(log)}")
+        return StartTiming(to_healthy_s=to_healthy, to_ready_s=to_ready, to_first_prediction_s=first)
+
+    def stop(self) -> None:
+        subprocess.run(
+            self._cli("stop"), env=self._env(), capture_output=True, timeout=STOP_TIMEOUT_S, check=False
+        )
+
+    def _pid_file(self) -> dict[str, Any]:
+        try:
+            loaded: dict[str, Any] = json.loads((self.home / "sluice.pid").read_text())
+            return loaded
+        except (OSError, ValueError):
+            return {}
+
+    def processes(self) -> dict[str, list[psutil.Process]]:
+        roles: dict[str, list[psutil.Process]] = {}
+        for ref in self._pid_file().get("processes", []):
+            try:
+                process = psutil.Process(int(ref["pid"]))
+            except psutil.Error:
+                continue
+            roles[ref["name"]] = [process]
+            if ref["name"] == "manager":
+                for child in _children(process):
+                    roles[f"worker:{_worker_label(child)}"] = [child]
+        return roles
+
+
+def _children(process: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [
+            child
+            for child in process.children(recursive=True)
+            if "sluice_worker" in " ".join(child.cmdline())
+        ]
+    except psutil.Error:
+        return []
+
+
+def _worker_label(process: psutil.Process) -> str:
+    try:
+        argv = process.cmdline()
+    except psutil.Error:
+        return str(process.pid)
+    model = _flag(argv, "--model-name") or "?"
+    worker = _flag(argv, "--worker-id") or str(process.pid)
+    return f"{model}:{worker}"
+
+
+def _flag(argv: list[str], flag: str) -> str | None:
+    if flag in argv and argv.index(flag) + 1 < len(argv):
+        return argv[argv.index(flag) + 1]
+    return None

@@ -1,0 +1,227 @@
+"""The issue's targets, evaluated on one run's records (ratios measured in the same run)."""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.cells import Cells, Record, inprocess_limit, of_kind
+from bench.stats import ratio, spread
+
+TIMES = "\N{MULTIPLICATION SIGN}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    target: str
+    goal: str
+    measured: str
+    # The number compared with the goal, and whether lower or higher is better.
+    value: float
+    limit: float
+    lower_is_better: bool
+
+    @property
+    def passed(self) -> bool | None:
+        if math.isnan(self.value):
+            return None
+        return self.value <= self.limit if self.lower_is_better else self.value >= self.limit
+
+    @property
+    def verdict(self) -> str:
+        if self.passed is None:
+            return "not measured"
+        if self.passed:
+            return "met"
+        return f"missed by {self.miss_percent:.0f}%"
+
+    @property
+    def miss_percent(self) -> float:
+        """How far the value is from the goal, in percent of the goal (0 when met)."""
+        if self.passed is not False or self.limit == 0:
+            return 0.0
+        return abs(self.value - self.limit) / abs(self.limit) * 100.0
+
+
+def _fmt(value: float, unit: str = "", digits: int = 2) -> str:
+    return "\N{EN DASH}" if math.isnan(value) else f"{value:,.{digits}f}{unit}"
+
+
+def mlp_p50_c1(cells: Cells, _records: list[Record]) -> Outcome:
+    values = [
+        cell.latency().median if cell else math.nan
+        for cell in (
+            cells.get(server=server, api="predictions", variant="mlp_b1_w1", concurrency=1)
+            for server in ("sluice", "torchserve")
+        )
+    ]
+    value = ratio(values[0], values[1])
+    return Outcome(
+        "mlp p50 latency at C=1 (Predictions, batching off, 1 worker)",
+        "≤ 0.65\N{MULTIPLICATION SIGN} TorchServe",
+        f"Sluice {_fmt(values[0], ' ms')} vs TorchServe {_fmt(values[1], ' ms')} = {_fmt(value, TIMES)}",
+        value,
+        0.65,
+        True,
+    )
+
+
+def mlp_best(client: str) -> Callable[[Cells, list[Record]], Outcome]:
+    def evaluate(cells: Cells, _records: list[Record]) -> Outcome:
+        section = "matrix" if client == "python" else "h2load"
+        found = [
+            cells.best_throughput(section=section, server=server, api="predictions", client=client)
+            for server in ("sluice", "torchserve")
+        ]
+        found = [(value, cell) for value, cell in found]
+        (s_value, s_cell), (t_value, t_cell) = found
+        value = ratio(s_value, t_value)
+
+        def where(cell: Any) -> str:
+            return f" ({cell.key.variant}, C={cell.key.concurrency})" if cell else ""
+
+        return Outcome(
+            f"best mlp throughput, {client} client",
+            "≥ 1.4\N{MULTIPLICATION SIGN} TorchServe's best",
+            f"Sluice {_fmt(s_value, ' req/s', 0)}{where(s_cell)} vs TorchServe {_fmt(t_value, ' req/s', 0)}"
+            f"{where(t_cell)} = {_fmt(value, TIMES)}",
+            value,
+            1.4,
+            False,
+        )
+
+    return evaluate
+
+
+def cnn_saturation(workers: int) -> Callable[[Cells, list[Record]], Outcome]:
+    def evaluate(cells: Cells, records: list[Record]) -> Outcome:
+        best, cell = math.nan, None
+        for candidate in cells.select(section="matrix", server="sluice", api="predictions", client="python"):
+            if candidate.first.get("model") == "cnn" and candidate.first.get("workers") == workers:
+                value = candidate.throughput().median
+                if candidate.errors() == 0 and (cell is None or value > best):
+                    best, cell = value, candidate
+        limit = inprocess_limit(records, "cnn", 8).median
+        value = ratio(best, limit)
+        where = f" ({cell.key.variant}, C={cell.key.concurrency})" if cell else ""
+        return Outcome(
+            f"CNN throughput at saturation, {workers} worker(s)",
+            "≥ 90% of the in-process batch-8 limit",
+            f"{_fmt(best, ' req/s', 1)}{where} vs limit {_fmt(limit, ' inf/s', 1)} "
+            f"= {_fmt(value * 100, '%', 0)}",
+            value,
+            0.9,
+            False,
+        )
+
+    return evaluate
+
+
+def batching_low_load(policy: str) -> Callable[[Cells, list[Record]], Outcome]:
+    def evaluate(cells: Cells, _records: list[Record]) -> Outcome:
+        on = cells.get(server="sluice", api="predictions", variant=f"mlp_b8_w1_{policy}", concurrency=1)
+        off = cells.get(server="sluice", api="predictions", variant="mlp_b1_w1", concurrency=1)
+        on_p50 = on.latency().median if on else math.nan
+        off_p50 = off.latency().median if off else math.nan
+        value = ratio(on_p50, off_p50)
+        goal = "≤ 1.10\N{MULTIPLICATION SIGN} batching off" + (
+            "" if policy == "eager" else " (informational: fill waits by design)"
+        )
+        return Outcome(
+            f"batching on at C=1 costs no latency ({policy} policy, mlp)",
+            goal,
+            f"{_fmt(on_p50, ' ms')} vs {_fmt(off_p50, ' ms')} = {_fmt(value, TIMES)}",
+            value,
+            1.10,
+            True,
+        )
+
+    return evaluate
+
+
+def stream_relay(cells: Cells, _records: list[Record]) -> Outcome:
+    cell = cells.get(server="sluice", api="stream", variant="stream", concurrency=1)
+    value = cell.relay().median if cell else math.nan
+    return Outcome(
+        "StreamPredictions relay p50 per intermediate message",
+        "≤ 1 ms",
+        _fmt(value, " ms", 3),
+        value,
+        1.0,
+        True,
+    )
+
+
+def gateway_rss_idle(_cells: Cells, records: list[Record]) -> Outcome:
+    value = spread(
+        (r.get("rss_idle_mib") or {}).get("gateway") for r in of_kind(records, "cold_start", server="sluice")
+    ).median
+    return Outcome("gateway RSS idle", "≤ 60 MiB", _fmt(value, " MiB", 1), value, 60.0, True)
+
+
+def gateway_rss_streams(_cells: Cells, records: list[Record]) -> Outcome:
+    held = [r for r in of_kind(records, "held_streams", server="sluice") if r.get("streams", 0) >= 1000]
+    value = spread(r.get("gateway_rss_mib") for r in held).median
+    opened = spread(r.get("still_open") for r in held).median
+    return Outcome(
+        "gateway RSS holding 1,000 concurrent streams",
+        "≤ 100 MiB",
+        f"{_fmt(value, ' MiB', 1)} ({_fmt(opened, '', 0)} streams open when measured)",
+        value,
+        100.0,
+        True,
+    )
+
+
+def cold_start(_cells: Cells, records: list[Record]) -> Outcome:
+    value = spread(r.get("to_healthy_s") for r in of_kind(records, "cold_start", server="sluice")).median
+    other = spread(r.get("to_healthy_s") for r in of_kind(records, "cold_start", server="torchserve")).median
+    return Outcome(
+        "cold start to Ping healthy, no models",
+        "≤ 1 s",
+        f"{_fmt(value, ' s')} (TorchServe {_fmt(other, ' s')})",
+        value,
+        1.0,
+        True,
+    )
+
+
+def register_ready(_cells: Cells, records: list[Record]) -> Outcome:
+    methods = {r.get("method") for r in of_kind(records, "register", server="sluice")}
+    method = "grpc management API" if "grpc management API" in methods else "startup"
+    sluice = spread(
+        r.get("to_ready_s") for r in of_kind(records, "register", server="sluice", method=method)
+    ).median
+    ts = spread(
+        r.get("to_ready_s") for r in of_kind(records, "register", server="torchserve", method=method)
+    ).median
+    value = ratio(sluice, ts)
+    return Outcome(
+        f"register-to-READY ({method})",
+        "no slower than TorchServe (≤ 1.0\N{MULTIPLICATION SIGN})",
+        f"Sluice {_fmt(sluice, ' s')} vs TorchServe {_fmt(ts, ' s')} = {_fmt(value, TIMES)}",
+        value,
+        1.0,
+        True,
+    )
+
+
+EVALUATORS: list[Callable[[Cells, list[Record]], Outcome]] = [
+    mlp_p50_c1,
+    mlp_best("python"),
+    mlp_best("h2load"),
+    cnn_saturation(1),
+    cnn_saturation(2),
+    batching_low_load("eager"),
+    batching_low_load("fill"),
+    stream_relay,
+    gateway_rss_idle,
+    gateway_rss_streams,
+    cold_start,
+    register_ready,
+]
+
+
+def evaluate(records: list[Record]) -> list[Outcome]:
+    cells = Cells(records)
+    return [evaluator(cells, records) for evaluator in EVALUATORS]
