@@ -63,8 +63,9 @@ class JobQueue:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def read(self, count: int, block_ms: int) -> list[Delivery]:
-        """New jobs for this consumer (first deliveries). Undecodable entries are dead-lettered."""
+    async def read(self, count: int, block_ms: int | None) -> list[Delivery]:
+        """New jobs for this consumer (first deliveries), blocking up to ``block_ms`` (None: do not
+        block). Undecodable entries are dead-lettered."""
         try:
             response: Any = await self._blocking.xreadgroup(
                 keys.JOB_GROUP, self.consumer, {self.stream: ">"}, count=count, block=block_ms

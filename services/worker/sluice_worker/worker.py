@@ -28,6 +28,8 @@ from sluice_worker.torch_thread import HandlerExit, TorchThread
 
 log = get_logger(__name__)
 
+# Pause between polls of the job stream while a batch fills (see Worker._read).
+FILL_POLL_S = 0.001
 DEADLINE_PASSED = SluiceError(
     ErrorCode.DEADLINE_EXCEEDED, "Request deadline exceeded before the job started."
 )
@@ -99,16 +101,25 @@ class Worker:
             )
             if isinstance(step, Run):
                 return held
-            got = await self._read(step.count, step.block_ms)
+            got = await self._read(step.count, step.block_ms, filling=bool(held))
             if got and first_at is None:
                 first_at = time.monotonic()
             held = held + got
             if not held:
                 return held
 
-    async def _read(self, count: int, block_ms: int) -> list[Delivery]:
+    async def _read(self, count: int, block_ms: int, *, filling: bool) -> list[Delivery]:
+        """Read new jobs. While a batch fills, poll instead of blocking: Redis checks blocked readers'
+        timeouts on its 100 ms timer (hz 10), so ``BLOCK 5`` would return after ~100 ms and the batch
+        would wait far past ``max_batch_delay``. (A new entry wakes a blocked reader at once; only the
+        timeout is coarse, so the idle read keeps blocking.)"""
         try:
-            got = await self._queue.read(count, block_ms)
+            if filling:
+                got = await self._queue.read(count, None)
+                if not got:
+                    await asyncio.sleep(min(FILL_POLL_S, block_ms / 1000))
+            else:
+                got = await self._queue.read(count, block_ms)
         except RedisError as exc:
             delay_s = self._read_backoff.next_delay_s()
             log.warning("reading jobs failed, retrying", error=str(exc), retry_in_s=delay_s)
