@@ -91,6 +91,8 @@ class Responder:
         self.heartbeat_ttl_ms = heartbeat_ttl_ms
         self.block_ms = block_ms
         self.jobs: list[Job] = []
+        # Every job read, in stream order (``jobs`` is in the order the concurrent handlers got to them).
+        self.queued: list[Job] = []
         self.skipped: list[Job] = []
         self.received = asyncio.Event()
         self._stream = keys.job_stream(model, version)
@@ -151,7 +153,9 @@ class Responder:
             read: Any = result or []
             for _stream, entries in read:
                 for entry_id, fields in entries:
-                    task = asyncio.create_task(self._handle(entry_id, decode_job(fields[FIELD])))
+                    job = decode_job(fields[FIELD])
+                    self.queued.append(job)
+                    task = asyncio.create_task(self._handle(entry_id, job))
                     self._job_tasks.add(task)
                     task.add_done_callback(self._job_tasks.discard)
 

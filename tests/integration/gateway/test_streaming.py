@@ -136,7 +136,7 @@ async def test_stream2_answers_each_request_and_echoes_the_sequence_id(
     assert headers[b"second"] == {"ts_request_sequence_id": "s1"}
     assert headers[b"last"] == {"ts_request_sequence_id": "s1", "ts_request_sequence_end": "true"}
     # Jobs enter the queue in the client's order.
-    assert [request_of(job).input["data"] for job in peer.jobs] == [b"first", b"second", b"last"]
+    assert [request_of(job).input["data"] for job in peer.queued] == [b"first", b"second", b"last"]
     assert all(job.streaming for job in peer.jobs)
 
 
