@@ -3,6 +3,7 @@ in-process limit of the same handler and with TorchServe 0.12, same load generat
 
 Modules: ``models`` (TorchScript models and ``.mar`` archives, built in code), ``payloads`` (request
 bytes), ``loadgen`` / ``h2load`` (load generators), ``servers`` (in-process, Sluice, TorchServe),
-``collectors`` (RSS, CPU, Redis memory), ``matrix`` (what runs), ``runner`` (runs it), ``report`` /
-``plots`` (Markdown and PNG from the raw JSON lines), ``targets`` (the issue's targets as data).
+``collectors`` (RSS, CPU, Redis memory), ``profiling`` (py-spy), ``matrix`` (what runs), ``runner``
+(runs it), ``cells`` / ``targets`` (repetitions grouped; the issue's targets as data), ``report`` /
+``report_costs`` / ``report_format`` / ``plots`` (Markdown and PNG from the raw JSON lines).
 """

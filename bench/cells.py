@@ -88,8 +88,12 @@ class Cells:
         return self.cells.get(CellKey(**fields))
 
     def select(self, **fields: Any) -> list[Cell]:
+        """Cells whose key matches ``fields``; ``model`` matches the records' model kind."""
+        model = fields.pop("model", None)
         out = []
         for key, cell in self.cells.items():
+            if model is not None and cell.first.get("model") != model:
+                continue
             if all(getattr(key, name) == value for name, value in fields.items()):
                 out.append(cell)
         return sorted(out, key=lambda cell: (cell.key.variant, cell.key.concurrency))

@@ -87,6 +87,8 @@ class Plan:
         for kind, _batches, _seconds in self.inprocess:
             base = Variant(kind)
             seen.setdefault(base.name, base)
+        if self.register_reps:
+            seen.setdefault(Variant("mlp").name, Variant("mlp"))
         return list(seen.values())
 
 

@@ -2,52 +2,17 @@
 the ratios Sluice/TorchServe and Sluice/in-process for each cell, the targets, the profiles, and the
 plots (``plots/*.png``). ``render`` is pure; ``write`` does the file I/O."""
 
-import math
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bench.cells import Cell, Cells, Record, inprocess_limit, of_kind
+from bench.cells import Cells, Record, inprocess_limit, of_kind
+from bench.report_costs import cost_curves, cpu, errors, lifecycle, memory, profiles
+from bench.report_format import error_mark, fmt, num, ratio_of, table, throughput
 from bench.results import RESULTS_FILE, read
-from bench.stats import Spread, ratio, spread
+from bench.stats import spread
 from bench.targets import evaluate
 
 REPORT_FILE = "report.md"
-
-
-def table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return [*lines, ""]
-
-
-def _num(value: float, digits: int = 2, unit: str = "") -> str:
-    return (
-        "\N{EN DASH}"
-        if value is None or (isinstance(value, float) and math.isnan(value))
-        else f"{value:,.{digits}f}{unit}"
-    )
-
-
-def _ratio(numerator: Spread | None, denominator: Spread | None) -> str:
-    if numerator is None or denominator is None:
-        return "\N{EN DASH}"
-    return _num(ratio(numerator.median, denominator.median), 2, "\N{MULTIPLICATION SIGN}")
-
-
-def _thr(cell: Cell | None) -> Spread | None:
-    return cell.throughput() if cell else None
-
-
-def _fmt(value: Spread | None, digits: int = 1) -> str:
-    return value.format(digits) if value is not None else "\N{EN DASH}"
-
-
-def _errors(cell: Cell | None) -> str:
-    if cell is None:
-        return ""
-    count = cell.errors()
-    return f" ⚠{count} err" if count else ""
 
 
 def environment(records: list[Record]) -> list[str]:
@@ -139,15 +104,15 @@ def matrix(records: list[Record], cells: Cells, model: str) -> list[str]:
                 [
                     variant,
                     str(concurrency),
-                    _fmt(_thr(s), 0) + _errors(s),
-                    _fmt(s.latency() if s else None, 2),
-                    _fmt(s.latency("p99") if s else None, 2),
-                    _fmt(_thr(t), 0) + _errors(t),
-                    _fmt(t.latency() if t else None, 2),
-                    _fmt(t.latency("p99") if t else None, 2),
-                    _ratio(_thr(s), _thr(t)),
-                    _ratio(s.latency() if s else None, t.latency() if t else None),
-                    _ratio(_thr(s), limit),
+                    fmt(throughput(s), 0) + error_mark(s),
+                    fmt(s.latency() if s else None, 2),
+                    fmt(s.latency("p99") if s else None, 2),
+                    fmt(throughput(t), 0) + error_mark(t),
+                    fmt(t.latency() if t else None, 2),
+                    fmt(t.latency("p99") if t else None, 2),
+                    ratio_of(throughput(s), throughput(t)),
+                    ratio_of(s.latency() if s else None, t.latency() if t else None),
+                    ratio_of(throughput(s), limit),
                 ]
             )
     title = {
@@ -211,10 +176,10 @@ def protocols(cells: Cells) -> list[str]:
                 key.api,
                 key.variant,
                 str(key.concurrency),
-                _fmt(_thr(cell), 0) + _errors(cell),
-                _fmt(cell.latency(), 2),
-                _ratio(_thr(cell), _thr(base)),
-                _ratio(_thr(cell), _thr(other)),
+                fmt(throughput(cell), 0) + error_mark(cell),
+                fmt(cell.latency(), 2),
+                ratio_of(throughput(cell), throughput(base)),
+                ratio_of(throughput(cell), throughput(other)),
             ]
         )
     if not rows:
@@ -249,10 +214,10 @@ def native(cells: Cells) -> list[str]:
                 key.server,
                 key.variant,
                 str(key.concurrency),
-                _fmt(_thr(cell), 0) + _errors(cell),
+                fmt(throughput(cell), 0) + error_mark(cell),
                 mean.format(2),
-                _ratio(_thr(cell), _thr(python)),
-                _ratio(_thr(cell), _thr(other)) if key.server == "sluice" else "",
+                ratio_of(throughput(cell), throughput(python)),
+                ratio_of(throughput(cell), throughput(other)) if key.server == "sluice" else "",
             ]
         )
     if not rows:
@@ -275,11 +240,11 @@ def streaming(records: list[Record], cells: Cells) -> list[str]:
             [
                 cell.key.server,
                 str(cell.key.concurrency),
-                _fmt(cell.relay("p50"), 3),
-                _fmt(cell.relay("p90"), 3),
-                _fmt(cell.relay("p99"), 3),
+                fmt(cell.relay("p50"), 3),
+                fmt(cell.relay("p90"), 3),
+                fmt(cell.relay("p99"), 3),
                 str(messages),
-                _fmt(cell.latency(), 1) + _errors(cell),
+                fmt(cell.latency(), 1) + error_mark(cell),
             ]
         )
     lines = []
@@ -305,8 +270,8 @@ def streaming(records: list[Record], cells: Cells) -> list[str]:
                     str(r.get("streams")),
                     str(r.get("still_open")),
                     ", ".join(f"{k} {v}" for k, v in (r.get("ended_early") or {}).items()) or "\N{EN DASH}",
-                    _num(r.get("gateway_rss_idle_mib"), 1),
-                    _num(r.get("gateway_rss_mib"), 1),
+                    num(r.get("gateway_rss_idle_mib"), 1),
+                    num(r.get("gateway_rss_mib"), 1),
                 ]
                 for r in held
             ],
@@ -314,234 +279,9 @@ def streaming(records: list[Record], cells: Cells) -> list[str]:
     return lines
 
 
-def lifecycle(records: list[Record]) -> list[str]:
-    rows = []
-    for server in ("sluice", "torchserve"):
-        cold = of_kind(records, "cold_start", server=server)
-        if cold:
-            rows.append(
-                [
-                    server,
-                    "cold start → Ping healthy (no models)",
-                    spread(r.get("to_healthy_s") for r in cold).format(2),
-                ]
-            )
-            rows.append(
-                [
-                    server,
-                    "cold start → start command done",
-                    spread(r.get("to_ready_s") for r in cold).format(2),
-                ]
-            )
-        methods = sorted({r.get("method") for r in of_kind(records, "register", server=server)})
-        for method in methods:
-            chosen = of_kind(records, "register", server=server, method=method)
-            rows.append(
-                [
-                    server,
-                    f"register → READY and predicting ({method})",
-                    spread(r.get("to_ready_s") for r in chosen).format(2),
-                ]
-            )
-    if not rows:
-        return []
-    return [
-        "## Start and registration (seconds, median [min\N{EN DASH}max])",
-        "",
-        *table(["server", "measure", "s"], rows),
-        "`startup`: `start --models mlp_b1_w1.mar` until the first successful Predictions, less the "
-        "same server's median cold start (used where a server has no management API). "
-        "`grpc management API`: UnregisterModel, then RegisterModel(synchronous, 1 worker) until it "
-        "predicts.",
-        "",
-    ]
-
-
-def memory(records: list[Record]) -> list[str]:
-    lines = ["## Memory (RSS, MiB)", ""]
-    rows = []
-    for r in of_kind(records, "cold_start"):
-        rows.append([r["server"], "idle, no models", _roles(r.get("rss_idle_mib") or {})])
-    for r in of_kind(records, "rss", phase="idle"):
-        rows.append([r["server"], f"idle, group {r.get('group')}", _roles(r.get("rss_mib") or {})])
-    peaks: dict[tuple[str, str], dict[str, float]] = {}
-    for r in records:
-        if r.get("kind") == "load":
-            peak = peaks.setdefault((r["server"], r.get("group", "")), {})
-            for role, mib in (r.get("rss_max_mib") or {}).items():
-                peak[role] = max(mib, peak.get(role, 0.0))
-    for (server, group), peak in sorted(peaks.items()):
-        rows.append([server, f"peak under load, group {group}", _roles(peak)])
-    lines += table(["server", "when", "RSS by process"], rows)
-    soak = of_kind(records, "redis_memory")
-    if soak:
-        lines += ["Redis memory before/after a sustained run (must be flat):", ""]
-        lines += table(
-            [
-                "run s",
-                "used_memory before",
-                "after",
-                "delta bytes",
-                "keys before → after",
-                "stream entries after",
-            ],
-            [
-                [
-                    _num(r.get("duration_s"), 0),
-                    str(r["before"]["used_memory"]),
-                    str(r["after"]["used_memory"]),
-                    str(r.get("delta_used_memory")),
-                    f"{r['before']['dbsize']} → {r['after']['dbsize']}",
-                    str(r["after"]["stream_entries"]),
-                ]
-                for r in soak
-            ],
-        )
-    return lines
-
-
-def _roles(rss: dict[str, float]) -> str:
-    return (
-        ", ".join(f"{role} {mib:.0f}" for role, mib in sorted(rss.items()) if role != "client")
-        or "\N{EN DASH}"
-    )
-
-
-def cost_curves(cells: Cells) -> list[str]:
-    lines = []
-    rows = []
-    for server in ("sluice", "torchserve"):
-        for cell in cells.select(section="queue_depth", server=server):
-            p50 = cell.latency().median
-            rows.append(
-                [
-                    server,
-                    str(cell.key.concurrency),
-                    _fmt(_thr(cell), 0) + _errors(cell),
-                    _fmt(cell.latency(), 2),
-                    _fmt(cell.latency("p99"), 2),
-                    _num(p50 / cell.key.concurrency, 3),
-                ]
-            )
-    if rows:
-        lines += ["## Cost curve: latency as queue depth grows (closed loop, depth ≈ C; mlp_b1_w1)", ""]
-        lines += table(
-            ["server", "queued (C)", "req/s", "p50 ms", "p99 ms", "p50 ms per queued request"], rows
-        )
-    idle_rows = []
-    for cell in cells.select(section="idle_models", server="sluice"):
-        idle_rows.append(
-            [
-                str(cell.key.idle_models),
-                str(cell.key.concurrency),
-                _fmt(_thr(cell), 0) + _errors(cell),
-                _fmt(cell.latency(), 2),
-            ]
-        )
-    if idle_rows:
-        lines += ["Throughput with idle registered models (Sluice, mlp_b1_w1):", ""]
-        lines += table(["idle models", "C", "req/s", "p50 ms"], idle_rows)
-    return lines
-
-
-def cpu(cells: Cells) -> list[str]:
-    rows = []
-    for cell in cells.cells.values():
-        key = cell.key
-        if (
-            key.section not in ("matrix", "pinning")
-            or key.api != "predictions"
-            or key.concurrency not in (1, 64)
-        ):
-            continue
-        if not key.variant.startswith("mlp") or (
-            key.section == "matrix" and key.variant not in ("mlp_b1_w1", "mlp_b8_w1_eager", "mlp_b8_w1_fill")
-        ):
-            continue
-        roles = (
-            ["client", "gateway", "redis", "worker"]
-            if key.server == "sluice"
-            else ["client", "frontend", "worker"]
-        )
-        shares = ", ".join(f"{role} {cell.cpu_ms(role).median:.3f}" for role in roles)
-        foreign = spread(r.get("foreign_cores") for r in cell.records)
-        rows.append(
-            [
-                key.server,
-                key.variant,
-                str(key.concurrency),
-                "pinned (taskset)" if key.pin_client else ("unpinned" if key.section == "pinning" else ""),
-                _fmt(_thr(cell), 0),
-                shares,
-                foreign.format(2),
-            ]
-        )
-    if not rows:
-        return []
-    rows.sort()
-    return [
-        "## Where the CPU goes (CPU-ms per request by process)",
-        "",
-        *table(
-            [
-                "server",
-                "archive",
-                "C",
-                "client placement",
-                "req/s",
-                "CPU-ms/request",
-                "other processes (cores)",
-            ],
-            rows,
-        ),
-    ]
-
-
 def targets_section(records: list[Record]) -> list[str]:
     rows = [[o.target, o.goal, o.measured, o.verdict] for o in evaluate(records)]
     return ["## Targets", "", *table(["target", "goal", "measured (this run)", "verdict"], rows)]
-
-
-def profiles(records: list[Record]) -> list[str]:
-    found = of_kind(records, "profile")
-    if not found:
-        return []
-    lines = [
-        "## Profiles (py-spy --native, share of each process's busy samples)",
-        "",
-        "Samples whose leaf is a wait (epoll, futex, unresolved libc addresses) are left out; "
-        "`CPU-s` is busy samples / sampling rate. Raw stacks are in `profiles/`.",
-        "",
-    ]
-    for r in found:
-        top = "; ".join(f"{frame} {share * 100:.0f}%" for frame, share in (r.get("self") or [])[:8])
-        by_file = "; ".join(f"{name} {share * 100:.0f}%" for name, share in (r.get("self_by_file") or [])[:8])
-        inclusive = "; ".join(
-            f"{frame} {share * 100:.0f}%" for frame, share in (r.get("inclusive") or [])[:8]
-        )
-        lines += [
-            f"- **{r.get('role')}** — {r.get('variant')} C={r.get('concurrency')}, "
-            f"{_num(r.get('cpu_s_estimate'), 2)} CPU-s sampled",
-            f"  - self, by file/library: {by_file}",
-            f"  - self: {top}",
-            f"  - inclusive: {inclusive}",
-        ]
-    return [*lines, ""]
-
-
-def errors(records: list[Record]) -> list[str]:
-    found = of_kind(records, "error")
-    if not found:
-        return []
-    rows = [
-        [
-            r.get("step", ""),
-            f"{r.get('server', '')} {r.get('api', '')} {r.get('variant', '')} C={r.get('concurrency', '')}",
-            str(r.get("error", "")).replace("\n", " ")[:300],
-        ]
-        for r in found
-    ]
-    return ["## Errors and skipped steps", "", *table(["step", "cell", "error"], rows)]
 
 
 def render(records: list[Record], plots: list[str] | None = None) -> str:

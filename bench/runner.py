@@ -75,8 +75,10 @@ class Runner:
         self._step("in-process limit", self.inprocess)
         servers = ["sluice", *(["torchserve"] if self.plan.with_torchserve else [])]
         for server in servers:
-            self._step(f"{server} cold start", lambda s=server: self.cold_start(s))
-            self._step(f"{server} register", lambda s=server: self.register(s))
+            if self.plan.cold_start_reps:
+                self._step(f"{server} cold start", lambda s=server: self.cold_start(s))
+            if self.plan.register_reps:
+                self._step(f"{server} register", lambda s=server: self.register(s))
         for group in self.plan.groups:
             self._step(f"{group.server} group {group.label}", lambda g=group: self.run_group(g))
         self.writer.write(self._environment("end"))
@@ -189,6 +191,8 @@ class Runner:
             )
 
     def register(self, kind: str) -> None:
+        if REGISTER_MODEL not in self.payloads:
+            self.payloads[REGISTER_MODEL] = Payloads.build(REGISTER_MODEL, Variant("mlp").shape)
         probe = self.payloads[REGISTER_MODEL].predictions
         for rep in range(self.plan.register_reps):
             server = self._server(kind, "register")

@@ -70,7 +70,9 @@ def mlp_best(client: str) -> Callable[[Cells, list[Record]], Outcome]:
     def evaluate(cells: Cells, _records: list[Record]) -> Outcome:
         section = "matrix" if client == "python" else "h2load"
         found = [
-            cells.best_throughput(section=section, server=server, api="predictions", client=client)
+            cells.best_throughput(
+                section=section, server=server, api="predictions", client=client, model="mlp"
+            )
             for server in ("sluice", "torchserve")
         ]
         found = [(value, cell) for value, cell in found]
