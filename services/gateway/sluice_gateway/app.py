@@ -19,7 +19,8 @@ from redis.exceptions import RedisError
 from sluice import __version__ as sluice_version
 from sluice import keys
 from sluice.log import get_logger
-from sluice.redis_client import connect
+from sluice.pipelined_redis import PipelinedRedis
+from sluice.redis_client import COMMAND_TIMEOUT_S, connect
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api import kserve, torchserve
@@ -55,8 +56,12 @@ class Gateway:
         self.metrics_port = 0
         self.metrics = InferenceMetrics()
         self.redis = connect(settings.redis_url)
-        # The blocking reply read gets its own connection.
-        self._reader_redis = connect(settings.redis_url, blocking_read_s=settings.reply_block_s)
+        # The hot path (enqueue, cancel flags) and the blocking reply read get pipelined connections
+        # of their own; everything else uses redis-py.
+        self._hot_redis = PipelinedRedis(settings.redis_url, name="enqueue")
+        self._reader_redis = PipelinedRedis(
+            settings.redis_url, timeout_s=settings.reply_block_s + COMMAND_TIMEOUT_S, name="reply-reader"
+        )
         self.reply_stream = keys.reply_stream(settings.gateway_id)
         self.bus = ReplyBus(
             self._reader_redis,
@@ -66,7 +71,7 @@ class Gateway:
         )
         self.cache = RegistryCache(self.redis, ttl_s=settings.registry_cache_ttl_s)
         self.events = RegistryEvents(self.redis, self.cache)
-        self.queue = RedisJobQueue(self.redis)
+        self.queue = RedisJobQueue(self._hot_redis)
         self.plane = DataPlane(
             self.cache,
             self.queue,
@@ -169,7 +174,8 @@ class Gateway:
         with contextlib.suppress(RedisError):
             await self.redis.delete(self.reply_stream, keys.gateway_alive(self.settings.gateway_id))
         await self.redis.aclose()
-        await self._reader_redis.aclose()
+        await self._hot_redis.close()
+        await self._reader_redis.close()
         log.info("gateway stopped")
 
     async def _ready(self) -> bool:

@@ -1,23 +1,26 @@
 """Admission of jobs to a model version's job stream (one Lua script, one round trip) and cancel flags.
 
-redis-py's ``Script`` runs EVALSHA and reloads the script on NOSCRIPT (after a Redis restart).
+Both run on the gateway's pipelined hot-path connection: the enqueues of all the calls that arrived
+in one event-loop turn reach Redis in one write. EVALSHA falls back to EVAL after a Redis restart.
 """
 
 import asyncio
+import hashlib
 from pathlib import Path
 from typing import Protocol
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 from sluice import keys
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.log import get_logger
+from sluice.pipelined_redis import PipelinedRedis
 
 from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
 
 log = get_logger(__name__)
 
 _SCRIPT = Path(__file__).with_name("enqueue.lua").read_text()
+_SCRIPT_SHA = hashlib.sha1(_SCRIPT.encode()).hexdigest()
 
 NOT_FOUND = b"NOT_FOUND"
 NO_WORKER = b"NO_WORKER"
@@ -35,9 +38,8 @@ class JobQueue(Protocol):
 
 
 class RedisJobQueue:
-    def __init__(self, redis: "aioredis.Redis") -> None:
+    def __init__(self, redis: PipelinedRedis) -> None:
         self._redis = redis
-        self._script = redis.register_script(_SCRIPT)
         # Fire-and-forget tasks are referenced until done (the loop keeps only weak references).
         self._background: set[asyncio.Task[None]] = set()
 
@@ -50,7 +52,7 @@ class RedisJobQueue:
             keys.job_stream(model, version),
         ]
         try:
-            outcome = await self._script(keys=script_keys, args=[job])
+            outcome = await self._redis.evalsha(_SCRIPT_SHA, _SCRIPT, script_keys, [job])
         except ResponseError as exc:
             if str(exc).startswith("OOM"):  # maxmemory reached: as good as a full queue
                 raise SluiceError(ErrorCode.QUEUE_FULL, no_worker_message(model)) from exc
@@ -72,7 +74,7 @@ class RedisJobQueue:
 
     async def _set_cancel(self, key: str, ttl_ms: int) -> None:
         try:
-            await self._redis.set(key, b"1", px=ttl_ms)
+            await self._redis.send("SET", key, b"1", "PX", ttl_ms)
         except RedisError as exc:
             log.info("cancel flag not set", key=key, error=str(exc))
 

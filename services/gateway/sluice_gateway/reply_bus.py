@@ -10,12 +10,11 @@ is reset.
 import asyncio
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
-from redis.typing import KeyT, StreamIdT
 from sluice.envelope import FIELD, EnvelopeError, decode_reply
 from sluice.errors import SluiceError
 from sluice.log import get_logger
+from sluice.pipelined_redis import PipelinedRedis
 
 from sluice_gateway.backoff import Backoff
 from sluice_gateway.tasks import cancel_and_wait
@@ -33,10 +32,10 @@ def next_id(entry_id: bytes) -> bytes:
 
 
 class ReplyBus:
-    """Waiter registry plus the reader task. ``redis`` must be a connection reserved for this bus:
-    its blocking read would stall any other command."""
+    """Waiter registry plus the reader task. ``redis`` must be a client reserved for this bus (its
+    blocking read would stall any other command) with a timeout longer than ``block_s``."""
 
-    def __init__(self, redis: "aioredis.Redis", stream: str, *, block_s: float, count: int) -> None:
+    def __init__(self, redis: PipelinedRedis, stream: str, *, block_s: float, count: int) -> None:
         self._redis = redis
         self._stream = stream
         self._block_ms = int(block_s * 1000)
@@ -122,23 +121,35 @@ class ReplyBus:
 
     async def read_once(self) -> None:
         """One blocking read (preceded by the trim of what the last read consumed)."""
-        streams: dict[KeyT, StreamIdT] = {self._stream: self._last_id}
-        if self._trim_from is None:
-            result = await self._redis.xread(streams, count=self._count, block=self._block_ms)
-        else:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.xtrim(self._stream, minid=self._trim_from, approximate=False)
-                pipe.xread(streams, count=self._count, block=self._block_ms)
-                _, result = await pipe.execute()
+        trimmed = None
+        if self._trim_from is not None:
+            trimmed = self._redis.send("XTRIM", self._stream, "MINID", self._trim_from)
+        read = self._redis.send(
+            "XREAD", "COUNT", self._count, "BLOCK", self._block_ms, "STREAMS", self._stream, self._last_id
+        )
+        result = await read
+        if trimmed is not None:  # answered before the read (replies come in order)
+            trimmed.result()
             self._trim_from = None
         if result:
             self._consume(result)
 
     def _consume(self, result: Any) -> None:
+        """``result`` is XREAD's raw reply: ``[[stream, [[id, [field, value, ...]], ...]]]``."""
         for _stream, entries in result:
             for entry_id, fields in entries:
-                raw = fields.get(FIELD)
+                raw = _field(fields, FIELD)
                 if raw is not None:
                     self.dispatch(raw)
                 self._last_id = entry_id
         self._trim_from = next_id(self._last_id)
+
+
+def _field(fields: list[bytes] | None, name: bytes) -> bytes | None:
+    """The value of ``name`` in a flat ``[field, value, ...]`` list."""
+    if not fields:
+        return None
+    for index in range(0, len(fields) - 1, 2):
+        if fields[index] == name:
+            return fields[index + 1]
+    return None

@@ -1,8 +1,15 @@
 """``python -m sluice_worker --model-name M --model-version V [--worker-id ID] [--gpu-id N]
 [--torch-threads N]``, with ``SLUICE_REDIS_URL`` and the other ``SLUICE_*`` settings in the environment."""
 
-import asyncio
 import os
+
+# A worker shares its host's cores with the gateway, Redis and its peers. OpenMP's default lets idle
+# torch threads spin after every parallel region, which burns the CPU those processes need (for a
+# small model it doubled the worker's CPU per request). Passive threads sleep instead. Must be set
+# before torch loads OpenMP; a value from the environment wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import asyncio
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any

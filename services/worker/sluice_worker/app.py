@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 import structlog
 from sluice import redis_client, registry
 from sluice.log import get_logger
+from sluice.pipelined_redis import PipelinedRedis
 from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
 
 from sluice_worker import device, runtime
@@ -33,11 +34,16 @@ log = get_logger(__name__)
 async def run(settings: WorkerSettings, torch_thread: TorchThread) -> ExitCode:
     structlog.contextvars.bind_contextvars(model=settings.model_name, version=settings.model_version)
     redis = redis_client.connect(settings.redis_url)
-    blocking = redis_client.connect(settings.redis_url, blocking_read_s=settings.read_block_ms / 1000)
+    # The hot path's pipelined connection: its reply timeout covers the longest blocking read.
+    hot = PipelinedRedis(
+        settings.redis_url,
+        timeout_s=settings.read_block_ms / 1000 + redis_client.COMMAND_TIMEOUT_S,
+        name="jobs",
+    )
     try:
-        return await _run(settings, torch_thread, redis, blocking)
+        return await _run(settings, torch_thread, redis, hot)
     finally:
-        await blocking.aclose()
+        await hot.close()
         await redis.aclose()
 
 
@@ -50,11 +56,11 @@ class _Started:
 
 
 async def _run(
-    settings: WorkerSettings, torch_thread: TorchThread, redis: "aioredis.Redis", blocking: "aioredis.Redis"
+    settings: WorkerSettings, torch_thread: TorchThread, redis: "aioredis.Redis", hot: PipelinedRedis
 ) -> ExitCode:
     stop = asyncio.Event()
     _on_signals(stop)
-    starting = asyncio.create_task(_start(settings, torch_thread, redis, blocking, stop), name="startup")
+    starting = asyncio.create_task(_start(settings, torch_thread, redis, hot, stop), name="startup")
     stop_requested = asyncio.create_task(stop.wait(), name="stop")
     await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
     stop_requested.cancel()
@@ -84,7 +90,7 @@ async def _start(
     settings: WorkerSettings,
     torch_thread: TorchThread,
     redis: "aioredis.Redis",
-    blocking: "aioredis.Redis",
+    hot: PipelinedRedis,
     stop: asyncio.Event,
 ) -> _Started | ExitCode:
     model, version = settings.model_name, settings.model_version
@@ -103,7 +109,7 @@ async def _start(
         return ExitCode.LOAD_FAILED
     service, choice = loaded
 
-    queue = JobQueue(redis, blocking, model, version, consumer=worker_id)
+    queue = JobQueue(redis, hot, model, version, consumer=worker_id)
     await until_done(queue.ensure_group, "create consumer group")
     reclaimer = Reclaimer(
         redis,

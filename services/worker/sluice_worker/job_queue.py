@@ -3,17 +3,22 @@
 Replies go out before the ack, in the same pipeline (at-least-once: a crash between them means a
 redelivery and a duplicate the gateway drops, never a lost answer). An acked job is also deleted,
 so ``XLEN`` stays "queued + in flight" for the gateway's admission check.
+
+The hot path (read, cancel check, replies, ack) runs on one pipelined connection: what the worker
+sends in one event-loop turn — a batch's replies and ack, then the next read — is one write. The
+claim scan and group bookkeeping use redis-py.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
-from redis.typing import EncodableT, FieldT
+from redis.exceptions import RedisError, ResponseError
 from sluice import envelope, keys
 from sluice.log import get_logger
+from sluice.pipelined_redis import Arg, PipelinedRedis
 
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import Outgoing
@@ -44,11 +49,11 @@ class DeadLetter:
 
 class JobQueue:
     def __init__(
-        self, redis: "aioredis.Redis", blocking: "aioredis.Redis", model: str, version: str, consumer: str
+        self, redis: "aioredis.Redis", hot: PipelinedRedis, model: str, version: str, consumer: str
     ) -> None:
         self._redis = redis
-        # Blocking reads get their own connection (and a socket timeout longer than BLOCK).
-        self._blocking = blocking
+        # Its reply timeout must exceed the longest BLOCK of a read.
+        self._hot = hot
         self.stream = keys.job_stream(model, version)
         self._dead_letters = keys.dead_letters(model, version)
         self._batch_sizes = keys.batch_sizes(model, version)
@@ -66,10 +71,11 @@ class JobQueue:
     async def read(self, count: int, block_ms: int | None) -> list[Delivery]:
         """New jobs for this consumer (first deliveries), blocking up to ``block_ms`` (None: do not
         block). Undecodable entries are dead-lettered."""
+        command: list[Arg] = ["XREADGROUP", "GROUP", keys.JOB_GROUP, self.consumer, "COUNT", count]
+        if block_ms is not None:
+            command += ["BLOCK", block_ms]
         try:
-            response: Any = await self._blocking.xreadgroup(
-                keys.JOB_GROUP, self.consumer, {self.stream: ">"}, count=count, block=block_ms
-            )
+            response: Any = await self._hot.send(*command, "STREAMS", self.stream, ">")
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
@@ -79,7 +85,9 @@ class JobQueue:
             await self.ensure_group("0")
             return []
         entries = [
-            (entry_id, fields) for _stream, stream_entries in response for entry_id, fields in stream_entries
+            (entry_id, _fields(fields))
+            for _stream, stream_entries in response or ()
+            for entry_id, fields in stream_entries
         ]
         return await self.accept(entries, deliveries={})
 
@@ -94,50 +102,50 @@ class JobQueue:
 
     async def cancelled(self, deliveries: Sequence[Delivery]) -> list[bool]:
         """Whether each job's client gave up (its cancel flag exists): one pipelined round trip."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for delivery in deliveries:
-                pipe.exists(keys.cancel(self._model, self._version, delivery.job_id))
-            flags = await pipe.execute()
-        return [bool(flag) for flag in flags]
+        sent = [
+            self._hot.send("EXISTS", keys.cancel(self._model, self._version, delivery.job_id))
+            for delivery in deliveries
+        ]
+        return [bool(flag) for flag in await asyncio.gather(*sent)]
 
     async def publish(self, outgoing: Sequence[Outgoing]) -> None:
         """Send replies without acking anything (intermediate results)."""
-        if not outgoing:
-            return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            self._queue_replies(pipe, outgoing)
-            await pipe.execute()
+        await _settle(self._send_replies(outgoing))
 
-    async def finish(
+    def finish(
         self,
         outgoing: Sequence[Outgoing],
         entry_ids: Sequence[bytes],
         dead_letters: Sequence[DeadLetter] = (),
         *,
         batch_size: int = 0,
-    ) -> None:
-        """Send the replies, dead-letter, then ack and delete the entries: one pipeline. A handler
-        call of ``batch_size`` jobs is counted in the version's batch-size histogram (metrics)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            self._queue_replies(pipe, outgoing)
-            if batch_size:
-                pipe.hincrby(self._batch_sizes, str(batch_size), 1)
-            for letter in dead_letters:
-                fields: dict[FieldT, EncodableT] = {key: value for key, value in letter.fields.items()}
-                fields.update({"reason": letter.reason, "deliveries": letter.deliveries, "by": self.consumer})
-                pipe.xadd(self._dead_letters, fields, maxlen=DEAD_LETTERS_MAXLEN, approximate=True)
-            if entry_ids:
-                pipe.xack(self.stream, keys.JOB_GROUP, *entry_ids)
-                pipe.xdel(self.stream, *entry_ids)
-            results = await pipe.execute(raise_on_error=False)
-        for result in results:
-            if isinstance(result, Exception):
-                log.error("reply or ack failed", error=str(result))
+    ) -> Awaitable[None]:
+        """Send the replies, dead-letter, then ack and delete the entries, all in this loop turn's
+        write; await the result to learn whether Redis took them (a lost connection raises; other
+        errors are logged). A handler call of ``batch_size`` jobs is counted in the version's
+        batch-size histogram (metrics)."""
+        sent = self._send_replies(outgoing)
+        if batch_size:
+            sent.append(self._hot.send("HINCRBY", self._batch_sizes, str(batch_size), 1))
+        for letter in dead_letters:
+            fields: list[Arg] = [value for pair in letter.fields.items() for value in pair]
+            fields += ["reason", letter.reason, "deliveries", letter.deliveries, "by", self.consumer]
+            sent.append(
+                self._hot.send("XADD", self._dead_letters, "MAXLEN", "~", DEAD_LETTERS_MAXLEN, "*", *fields)
+            )
+        if entry_ids:
+            sent.append(self._hot.send("XACK", self.stream, keys.JOB_GROUP, *entry_ids))
+            sent.append(self._hot.send("XDEL", self.stream, *entry_ids))
+        return _settle(sent)
 
-    def _queue_replies(self, pipe: "aioredis.client.Pipeline", outgoing: Sequence[Outgoing]) -> None:
-        for item in outgoing:
-            # NOMKSTREAM: a gateway that went away does not get its reply stream recreated.
-            pipe.xadd(item.reply_to, {envelope.FIELD: envelope.encode_reply(item.reply)}, nomkstream=True)
+    def _send_replies(self, outgoing: Sequence[Outgoing]) -> "list[asyncio.Future[Any]]":
+        # NOMKSTREAM: a gateway that went away does not get its reply stream recreated.
+        return [
+            self._hot.send(
+                "XADD", item.reply_to, "NOMKSTREAM", "*", envelope.FIELD, envelope.encode_reply(item.reply)
+            )
+            for item in outgoing
+        ]
 
     async def consumers(self) -> dict[str, int]:
         """Consumer name -> pending entries, for every consumer of the group."""
@@ -190,6 +198,26 @@ def decode_entries(
             continue
         accepted.append(Delivery(entry_id=entry_id, job=job, attempt=count))
     return accepted, poison
+
+
+async def _settle(sent: "list[asyncio.Future[Any]]") -> None:
+    """Wait for the answers of commands already sent: a lost connection raises (the caller retries
+    the whole step), an error reply is logged."""
+    down: RedisError | None = None
+    for future in sent:
+        try:
+            await future
+        except ResponseError as exc:
+            log.error("reply or ack failed", error=str(exc))
+        except RedisError as exc:
+            down = down or exc
+    if down is not None:
+        raise down
+
+
+def _fields(flat: list[bytes] | None) -> Fields | None:
+    """A raw ``[field, value, ...]`` entry as a mapping (None: the entry was deleted meanwhile)."""
+    return None if flat is None else dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _text(value: bytes | str) -> str:

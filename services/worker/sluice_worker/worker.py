@@ -6,7 +6,7 @@ a handler's ``sys.exit()``, Redis outages and SIGTERM draining (see docs/design.
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -21,7 +21,7 @@ from sluice_worker.delivery import Delivery
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.job_queue import JobQueue
 from sluice_worker.reclaim import Reclaimer
-from sluice_worker.redis_retry import Backoff, until_done
+from sluice_worker.redis_retry import REDIS_DOWN, Backoff, until_done
 from sluice_worker.replies import WORKER_DIED, Outgoing, ReplyBook, failure
 from sluice_worker.sink import ReplySink
 from sluice_worker.torch_thread import HandlerExit, TorchThread
@@ -30,6 +30,10 @@ log = get_logger(__name__)
 
 # Pause between polls of the job stream while a batch fills (see Worker._read).
 FILL_POLL_S = 0.001
+# Jobs younger than this are run without looking for a cancel flag first: their client is very
+# likely still there, and the look costs a round trip on the hot path. (A job whose client did leave
+# is run for nothing; its reply is dropped by the gateway.)
+CANCEL_CHECK_AFTER_MS = 20
 DEADLINE_PASSED = SluiceError(
     ErrorCode.DEADLINE_EXCEEDED, "Request deadline exceeded before the job started."
 )
@@ -66,12 +70,15 @@ class Worker:
         # The model's KServe v2 declaration: v2 rows and replies depend on it.
         self._tensors = tensors
         self._decode_input_request = decode_input_request
+        # Replies and acks sent but not yet confirmed (see _finish), with how to send them again.
+        self._unconfirmed: list[tuple[Awaitable[None], Callable[[], Awaitable[None]]]] = []
 
     async def serve(self) -> ExitCode:
         held = await self._scan(held=[])
         next_scan_at = time.monotonic() + self._claim_scan_interval_s
         while True:
             if self._stopping.is_set() and not held:
+                await self._confirm()
                 return ExitCode.OK
             held = await self._collect(held)
             if time.monotonic() >= next_scan_at:
@@ -81,6 +88,7 @@ class Worker:
                 exit_code = await self._run(batch)
                 if exit_code is not None:
                     # Jobs of later batches stay pending under this consumer; peers reclaim them.
+                    await self._confirm()
                     return exit_code
             held = []
 
@@ -114,18 +122,18 @@ class Worker:
         would wait far past ``max_batch_delay``. (A new entry wakes a blocked reader at once; only the
         timeout is coarse, so the idle read keeps blocking.)"""
         try:
-            if filling:
-                got = await self._queue.read(count, None)
-                if not got:
-                    await asyncio.sleep(min(FILL_POLL_S, block_ms / 1000))
-            else:
-                got = await self._queue.read(count, block_ms)
+            got = await self._queue.read(count, None if filling else block_ms)
         except RedisError as exc:
             delay_s = self._read_backoff.next_delay_s()
             log.warning("reading jobs failed, retrying", error=str(exc), retry_in_s=delay_s)
             await asyncio.sleep(delay_s)
-            return []
-        self._read_backoff.reset()
+            got = []
+        else:
+            self._read_backoff.reset()
+        # The read went out in the same write as the last batch's replies, which came back first.
+        await self._confirm()
+        if filling and not got:
+            await asyncio.sleep(min(FILL_POLL_S, block_ms / 1000))
         return got
 
     async def _scan(self, held: list[Delivery]) -> list[Delivery]:
@@ -157,21 +165,36 @@ class Worker:
             outgoing += results
         entry_ids = [delivery.entry_id for delivery in batch]
         batch_size = len(runnable)
-        await until_done(
-            lambda: self._queue.finish(outgoing, entry_ids, batch_size=batch_size), "reply and ack"
-        )
+        self._finish(lambda: self._queue.finish(outgoing, entry_ids, batch_size=batch_size))
         return exit_code
+
+    def _finish(self, send: Callable[[], Awaitable[None]]) -> None:
+        """Send a batch's replies and ack now, confirm them later: they then leave in one write with
+        the next read instead of costing a round trip of their own."""
+        self._unconfirmed.append((send(), send))
+
+    async def _confirm(self) -> None:
+        """Wait for the answers to what :meth:`_finish` sent; send again what a Redis outage lost
+        (a duplicate reply is dropped by the gateway, a second ack does nothing)."""
+        unconfirmed, self._unconfirmed = self._unconfirmed, []
+        for sent, send in unconfirmed:
+            try:
+                await sent
+            except REDIS_DOWN:
+                await until_done(send, "reply and ack")
 
     async def _screen(self, batch: list[Delivery]) -> tuple[list[Delivery], list[Outgoing]]:
         """Jobs worth running, and replies for those whose client already gave up."""
         now_ms = int(time.time() * 1000)
         outgoing = [failure(d, DEADLINE_PASSED) for d in batch if is_expired(d.job.deadline_unix_ms, now_ms)]
         current = [d for d in batch if not is_expired(d.job.deadline_unix_ms, now_ms)]
-        flags = await until_done(lambda: self._queue.cancelled(current), "cancel check") if current else []
-        outgoing += [failure(d, CANCELLED) for d, cancelled in zip(current, flags, strict=True) if cancelled]
+        waited = [d for d in current if now_ms - d.job.enqueued_unix_ms >= CANCEL_CHECK_AFTER_MS]
+        flags = await until_done(lambda: self._queue.cancelled(waited), "cancel check") if waited else []
+        cancelled = {d.job_id for d, flag in zip(waited, flags, strict=True) if flag}
+        outgoing += [failure(d, CANCELLED) for d in waited if d.job_id in cancelled]
         for reply in outgoing:
             log.info("skipping job", request_id=reply.reply.job_id, reason=reply.reply.error_code)
-        return [d for d, cancelled in zip(current, flags, strict=True) if not cancelled], outgoing
+        return [d for d in current if d.job_id not in cancelled], outgoing
 
     async def _call_handler(
         self, runnable: list[Delivery], requests: list[protocols.TsRequest]

@@ -159,8 +159,9 @@ def job(
     headers: Mapping[str, str] | None = None,
     deadline_unix_ms: int = 0,
     protocol: "Protocol.ValueType" = Protocol.TORCHSERVE_GRPC,
+    queued_ms: int = 0,
 ) -> Job:
-    """A job as the gateway builds it for a TorchServe gRPC call."""
+    """A job as the gateway builds it for a TorchServe gRPC call (``queued_ms`` ago)."""
     request = PredictionsRequest(model_name=model, model_version=version, input=dict(inputs))
     return Job(
         job_id=job_id or uuid.uuid4().hex,
@@ -172,7 +173,7 @@ def job(
         streaming=streaming,
         headers=dict(headers or {}),
         request=request.SerializeToString() if protocol == Protocol.TORCHSERVE_GRPC else b"",
-        enqueued_unix_ms=int(time.time() * 1000),
+        enqueued_unix_ms=int(time.time() * 1000) - queued_ms,
     )
 
 

@@ -130,7 +130,10 @@ async def test_expired_and_cancelled_jobs_are_skipped(
     expired = job(
         MODEL, "eager", {"data": b"late"}, reply_to=replies.key, deadline_unix_ms=int(time.time() * 1000) - 1
     )
-    cancelled = job(MODEL, "eager", {"data": b"gone"}, reply_to=replies.key)
+    # The worker looks for cancel flags of jobs that waited (CANCEL_CHECK_AFTER_MS) only: a fresh job
+    # runs whatever its flag says.
+    cancelled = job(MODEL, "eager", {"data": b"gone"}, reply_to=replies.key, queued_ms=5_000)
+    fresh = job(MODEL, "eager", {"data": b"fresh"}, reply_to=replies.key)
     live = job(
         MODEL,
         "eager",
@@ -138,14 +141,15 @@ async def test_expired_and_cancelled_jobs_are_skipped(
         reply_to=replies.key,
         deadline_unix_ms=int(time.time() * 1000) + 60_000,
     )
-    await client.set(keys.cancel(MODEL, "eager", cancelled.job_id), 1, px=60_000)
-    await enqueue(client, expired, cancelled, live)
-    got = await replies.finals([expired.job_id, cancelled.job_id, live.job_id])
+    for flagged in (cancelled, fresh):
+        await client.set(keys.cancel(MODEL, "eager", flagged.job_id), 1, px=60_000)
+    await enqueue(client, expired, cancelled, fresh, live)
+    got = await replies.finals([expired.job_id, cancelled.job_id, fresh.job_id, live.job_id])
     assert [r.error_code for r in got[expired.job_id]] == [ErrorCode.DEADLINE_EXCEEDED.value]
     assert [r.error_code for r in got[cancelled.job_id]] == [ErrorCode.CANCELLED.value]
+    assert [prediction(r) for r in got[fresh.job_id]] == [b"fresh"]
     assert [prediction(r) for r in got[live.job_id]] == [b"ok"]
-    # Only the live job reached the handler; the skipped ones were acked and deleted all the same.
-    assert recorded_batches(versions["eager"], [expired.job_id, cancelled.job_id, live.job_id]) == [
-        [live.job_id]
-    ]
+    # Only the jobs that ran reached the handler; the skipped ones were acked and deleted all the same.
+    every = [expired.job_id, cancelled.job_id, fresh.job_id, live.job_id]
+    assert recorded_batches(versions["eager"], every) == [[fresh.job_id, live.job_id]]
     assert await client.xlen(keys.job_stream(MODEL, "eager")) == 0

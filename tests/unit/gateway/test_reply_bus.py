@@ -59,9 +59,10 @@ async def test_fail_before_fails_only_earlier_waiters() -> None:
 async def test_consume_dispatches_and_moves_the_read_position() -> None:
     bus = make_bus()
     waiter = bus.expect_stream("j1", limit=10)
-    bus._consume([[b"stream", [(b"1-0", {FIELD: raw("j1", final=False)}), (b"1-1", {b"other": b""})]]])
+    entries = [[b"1-0", [FIELD, raw("j1", final=False)]], [b"1-1", [b"other", b""]], [b"1-2", None]]
+    bus._consume([[b"stream", entries]])
     assert (await waiter.get()).job_id == "j1"
-    assert (bus._last_id, bus._trim_from) == (b"1-1", b"1-2")
+    assert (bus._last_id, bus._trim_from) == (b"1-2", b"1-3")
     bus.restart_from_beginning()
     assert (bus._last_id, bus._trim_from) == (b"0-0", None)
 

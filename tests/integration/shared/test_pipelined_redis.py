@@ -1,0 +1,131 @@
+"""The hot path's pipelined Redis client against a real redis-server: order, errors, scripts,
+timeouts, outages and reconnection."""
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sluice.pipelined_redis import PipelinedRedis
+
+from tests.support.redis_server import RedisServer, free_port
+
+
+@pytest.fixture
+async def client(redis_server: RedisServer) -> AsyncIterator[PipelinedRedis]:
+    pipelined = PipelinedRedis(redis_server.url, timeout_s=2.0)
+    try:
+        yield pipelined
+    finally:
+        await pipelined.close()
+
+
+async def test_commands_sent_together_are_answered_in_order(client: PipelinedRedis) -> None:
+    sent = [client.send("INCR", "counter") for _ in range(300)]
+    assert await asyncio.gather(*sent) == list(range(1, 301))
+    assert await client.execute("GET", "counter") == b"300"
+
+
+async def test_binary_values_round_trip(client: PipelinedRedis) -> None:
+    value = bytes(range(256)) * 1000
+    await client.execute("SET", "blob", value)
+    assert await client.execute("GET", "blob") == value
+    assert await client.execute("GET", "missing") is None
+
+
+async def test_an_error_reply_fails_its_command_only(client: PipelinedRedis) -> None:
+    await client.execute("SET", "text", "x")
+    failing = client.send("INCR", "text")
+    after = client.send("INCR", "number")
+    with pytest.raises(ResponseError, match="not an integer"):
+        await failing
+    assert await after == 1
+
+
+async def test_evalsha_loads_a_script_redis_does_not_know(client: PipelinedRedis) -> None:
+    script = "return redis.call('INCRBY', KEYS[1], ARGV[1])"
+    sha = hashlib.sha1(script.encode()).hexdigest()
+    assert await client.evalsha(sha, script, ["k"], [5]) == 5  # NOSCRIPT, then EVAL
+    assert await client.evalsha(sha, script, ["k"], [5]) == 10  # cached now
+    await client.execute("SCRIPT", "FLUSH")
+    assert await client.evalsha(sha, script, ["k"], [1]) == 11
+
+
+async def test_the_database_of_the_url_is_selected(redis_server: RedisServer) -> None:
+    pipelined = PipelinedRedis(redis_server.url.rsplit("/", 1)[0] + "/3")
+    check: aioredis.Redis = aioredis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/3")
+    try:
+        await pipelined.execute("SET", "where", "db3")
+        assert await check.get("where") == b"db3"
+    finally:
+        await pipelined.close()
+        await check.aclose()
+
+
+async def test_a_reply_overdue_fails_with_timeout_and_the_client_recovers(client: PipelinedRedis) -> None:
+    blocked = client.send("XREAD", "BLOCK", 3000, "STREAMS", "nothing", "$", timeout_s=0.3)
+    queued_behind = client.send("PING")
+    with pytest.raises(RedisTimeoutError):
+        await blocked
+    with pytest.raises(RedisTimeoutError):
+        await queued_behind
+    assert await client.execute("PING") == b"PONG"
+
+
+async def test_a_cancelled_caller_does_not_shift_the_replies(client: PipelinedRedis) -> None:
+    waiting = asyncio.ensure_future(client.execute("XREAD", "BLOCK", 200, "STREAMS", "nothing", "$"))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert await client.execute("ECHO", "mine") == b"mine"
+
+
+async def test_redis_going_away_fails_commands_in_flight_then_reconnects(
+    redis_server: RedisServer, client: PipelinedRedis
+) -> None:
+    await client.execute("SET", "before", "1")
+    blocked = client.send("XREAD", "BLOCK", 5000, "STREAMS", "nothing", "$")
+    await asyncio.sleep(0.1)
+    redis_server.kill()
+    with pytest.raises(RedisConnectionError):
+        await blocked
+    with pytest.raises(RedisConnectionError):  # nobody listens: refused at once, no hang
+        await client.execute("PING")
+    redis_server.start()
+    assert await client.execute("GET", "before") == b"1"  # AOF kept it; a new connection read it
+
+
+async def test_an_unreachable_redis_is_a_connection_error() -> None:
+    pipelined = PipelinedRedis(f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        with pytest.raises(RedisConnectionError, match="cannot connect"):
+            await pipelined.execute("PING")
+    finally:
+        await pipelined.close()
+
+
+async def test_a_closed_client_refuses_commands(client: PipelinedRedis) -> None:
+    assert await client.execute("PING") == b"PONG"
+    await client.close()
+    with pytest.raises(RedisConnectionError, match="closed"):
+        await client.execute("PING")
+
+
+async def test_the_credentials_of_the_url_are_used(
+    redis_server: RedisServer, redis_client: "aioredis.Redis"
+) -> None:
+    await redis_client.config_set("requirepass", "s3cret")
+    good = PipelinedRedis(f"redis://:s3cret@127.0.0.1:{redis_server.port}/0")
+    wrong = PipelinedRedis(f"redis://:wrong@127.0.0.1:{redis_server.port}/0")
+    try:
+        assert await good.execute("PING") == b"PONG"
+        with pytest.raises(RedisConnectionError, match="refused"):
+            await wrong.execute("PING")
+    finally:
+        await good.close()
+        await wrong.close()
