@@ -4,9 +4,9 @@ import sys
 from pathlib import Path
 
 from sluice_cli.children import log_tail
-from sluice_cli.readiness import ModelStatus, StartFailed
 from sluice_cli.runtime import PidFile, RuntimeDir
 from sluice_cli.settings import CliSettings
+from sluice_cli.status import ModelStatus, StartFailed
 
 TAIL_LINES = 20
 

@@ -4,7 +4,6 @@
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -13,30 +12,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sluice import keys, registry
 from sluice.records import StartupReport, VersionRecord, WorkerRecord, WorkerStatus
 
+from sluice_cli.status import ModelStatus, StartFailed
+
 # A startup model whose workers failed this many times in a row will not come up: stop waiting.
 FAILURES_BEFORE_GIVING_UP = 3
-
-
-class StartFailed(Exception):
-    """Startup cannot succeed; ``logs`` are worth showing the user."""
-
-    def __init__(self, reason: str, logs: list[Path] | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.logs = logs or []
-
-
-@dataclass(frozen=True)
-class ModelStatus:
-    model_name: str
-    version: str
-    min_workers: int
-    ready_workers: int
-    worker_logs: list[Path] = field(default_factory=list)
-
-    @property
-    def ready(self) -> bool:
-        return self.ready_workers >= self.min_workers
 
 
 def gateway_serving(target: str, timeout_s: float = 1.0) -> bool:

@@ -8,11 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
-import redis
-
 from sluice_cli import output
 from sluice_cli.children import Children
-from sluice_cli.readiness import ModelStatus, StartFailed, wait_until_ready
 from sluice_cli.runtime import PidFile, RuntimeDir, remove_pid_file, this_process
 from sluice_cli.services import (
     StartOptions,
@@ -23,6 +20,7 @@ from sluice_cli.services import (
     service_env,
 )
 from sluice_cli.settings import LOOPBACK, CliSettings
+from sluice_cli.status import ModelStatus, StartFailed
 from sluice_cli.stop import stop_all
 
 REDIS_START_TIMEOUT_S = 10.0
@@ -122,15 +120,23 @@ def _launch(
             clear_redis_data(runtime.redis_data)
         _spawn(state, children, runtime, "redis", redis_command(settings.redis_port, runtime.redis_data), env,
                marker="redis-server")  # fmt: skip
-        _wait_for_redis(settings.service_redis_url, state, children)
+    # The services start while Redis comes up: their imports take far longer than Redis's start, and
+    # both wait out a Redis that does not answer yet.
     _spawn(
         state, children, runtime, "manager", python_service("sluice_manager"), env, marker="sluice_manager"
     )
     _spawn(
         state, children, runtime, "gateway", python_service("sluice_gateway"), env, marker="sluice_gateway"
     )
+    if state.private_redis:
+        _wait_for_redis(settings.service_redis_url, state, children)
     manager = state.get("manager")
     assert manager is not None
+    # Imported once the children run: grpc and redis take a good part of the CLI's own start.
+    import redis
+
+    from sluice_cli.readiness import wait_until_ready
+
     client = redis.Redis.from_url(settings.service_redis_url, socket_timeout=2.0)
     try:
         return wait_until_ready(
@@ -170,6 +176,8 @@ def _spawn(
 
 
 def _wait_for_redis(url: str, state: PidFile, children: Children) -> None:
+    import redis
+
     client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
     deadline = time.monotonic() + REDIS_START_TIMEOUT_S
     try:

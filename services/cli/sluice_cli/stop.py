@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import psutil
-import redis
 from sluice import keys
 from sluice.auth_keys import remove_key_file
 
@@ -76,6 +75,8 @@ def _timeout_s(ref: ProcessRef, settings: CliSettings) -> float:
 def kill_leftover_workers(redis_url: str) -> int:
     """SIGKILL workers on this host that a manager started and did not stop (it was killed, or it
     timed out). Identified by pid, start time and ``--worker-id`` from the launch records."""
+    import redis  # here: `sluice start` reaches this module before it needs Redis (its start time)
+
     try:
         client = redis.Redis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
         raw = client.hgetall(keys.LAUNCHED_WORKERS)

@@ -12,8 +12,8 @@ import json
 import os
 import signal
 import socket
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from sluice import __version__ as sluice_version
@@ -31,11 +31,12 @@ from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import RegistryCache, RegistryEvents
 from sluice_gateway.reply_bus import ReplyBus
 from sluice_gateway.reply_stream import ReplyStreamKeeper
-from sluice_gateway.rest_api.listeners import inference_listener, metrics_listener
-from sluice_gateway.rest_api.server import HttpListener, stop_all
 from sluice_gateway.security import gateway_security, warn_exposure
 from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.v2_service import V2Service
+
+if TYPE_CHECKING:
+    from sluice_gateway.rest_api.server import HttpListener
 
 log = get_logger(__name__)
 
@@ -46,8 +47,9 @@ class Gateway:
         settings: GatewaySettings,
         *,
         interceptors: Sequence[Any] = (),
-        rest_middlewares: Sequence[Any] = (),
+        rest_middlewares: Callable[[], Sequence[Any]] = tuple,
     ) -> None:
+        """``rest_middlewares`` is called when the REST listener starts (after gRPC serves)."""
         self.settings = settings
         self._interceptors = interceptors
         self._rest_middlewares = rest_middlewares
@@ -148,9 +150,12 @@ class Gateway:
         return self.port
 
     async def _start_http(self) -> None:
+        # aiohttp loads here, once gRPC already serves: it is a large part of the start time.
+        from sluice_gateway.rest_api.listeners import inference_listener, metrics_listener
+
         settings = self.settings
         rest = inference_listener(
-            settings, self.plane, self.cache, ModelHealth(self.redis), self.v2, self._rest_middlewares
+            settings, self.plane, self.cache, ModelHealth(self.redis), self.v2, self._rest_middlewares()
         )
         self.listeners.append(rest)
         self.rest_port = await rest.start()
@@ -165,7 +170,7 @@ class Gateway:
         if self.readiness is not None:
             await self.readiness.drain()
         grpc_stopped = self.server.stop(grace) if self.server is not None else asyncio.sleep(0)
-        await asyncio.gather(grpc_stopped, stop_all(self.listeners, grace))
+        await asyncio.gather(grpc_stopped, *(listener.stop(grace) for listener in self.listeners))
         await self.queue.drain()
         await self.events.stop()
         if self._keeper is not None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from sluice.auth_grpc import TokenAuthInterceptor
-from sluice.auth_http import inference_scope, token_middleware
 from sluice.auth_keys import KeyKind
+from sluice.auth_settings import TokenErrorCodes
 from sluice.auth_store import TokenStore, TokenVerifier
 from sluice.exposure import check_listener
 from sluice.log import get_logger
@@ -27,9 +27,18 @@ log = get_logger(__name__)
 @dataclass
 class GatewaySecurity:
     interceptors: list[Any] = field(default_factory=list)
-    rest_middlewares: list[Any] = field(default_factory=list)
     verifier: TokenVerifier | None = None
+    codes: TokenErrorCodes | None = None
     _redis: "aioredis.Redis | None" = None
+
+    def rest_middlewares(self) -> list[Any]:
+        """The REST listener's middlewares, built when it starts: aiohttp is imported then, after the
+        gRPC server already serves (it is a large part of the gateway's start time)."""
+        if self.verifier is None or self.codes is None:
+            return []
+        from sluice.auth_http import inference_scope, token_middleware
+
+        return [token_middleware(self.verifier, inference_scope, self.codes)]
 
     async def aclose(self) -> None:
         if self._redis is not None:
@@ -45,8 +54,8 @@ def gateway_security(settings: GatewaySettings) -> GatewaySecurity:
     codes = settings.token_error_codes
     return GatewaySecurity(
         interceptors=[TokenAuthInterceptor(verifier, KeyKind.INFERENCE, codes=codes)],
-        rest_middlewares=[token_middleware(verifier, inference_scope, codes)],
         verifier=verifier,
+        codes=codes,
         _redis=redis,
     )
 

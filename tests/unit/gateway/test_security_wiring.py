@@ -18,13 +18,13 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_token_authorization_is_wired_by_default() -> None:
     security = gateway_security(GatewaySettings())
     assert [type(i) for i in security.interceptors] == [TokenAuthInterceptor]
-    assert len(security.rest_middlewares) == 1
+    assert len(security.rest_middlewares()) == 1
     await security.aclose()
 
 
 def test_disabling_it_wires_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     security = gateway_security(GatewaySettings(disable_token_authorization=True))
-    assert (security.interceptors, security.rest_middlewares) == ([], [])
+    assert (security.interceptors, security.rest_middlewares()) == ([], [])
     assert "token authorization is OFF" in capsys.readouterr().out
 
 

@@ -6,7 +6,6 @@ goes: its SluiceErrors map like any other), then the route. Client disconnects c
 finish for up to the grace period, then cancels what is left.
 """
 
-import asyncio
 import contextlib
 import os
 from collections.abc import Iterable, Sequence
@@ -72,7 +71,3 @@ class HttpListener:
             server.pre_shutdown()
             await server.shutdown(max(grace_s, _MIN_GRACE_S))
         await self._runner.cleanup()
-
-
-async def stop_all(listeners: Iterable[HttpListener], grace_s: float) -> None:
-    await asyncio.gather(*(listener.stop(grace_s) for listener in listeners))
