@@ -8,6 +8,7 @@ background tasks stop, the reply stream is removed and Redis is closed.
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -213,6 +214,8 @@ async def serve(settings: GatewaySettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     warn_exposure(settings)
     await gateway.start()
+    # What startup built lives as long as the process: keep it out of the collector's work.
+    gc.freeze()
     await stop.wait()
     await gateway.stop()
     await security.aclose()

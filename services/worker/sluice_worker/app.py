@@ -2,6 +2,7 @@
 serve -> withdraw. Returns the process exit code (see :class:`sluice_worker.exit_codes.ExitCode`)."""
 
 import asyncio
+import gc
 import os
 import signal
 import socket
@@ -145,6 +146,9 @@ async def _start(
         decode_input_request=settings.decode_input_request,
     )
     await until_done(presence.announce, "announce READY")
+    # What startup built (modules, the model, the handler) lives as long as the process: keep it out
+    # of the collector's work from now on.
+    gc.freeze()
     log.info(
         "worker ready", device=choice.device, batch_size=record.batch_size, policy=record.batch_policy.value
     )
