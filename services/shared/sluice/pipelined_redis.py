@@ -126,11 +126,17 @@ class PipelinedRedis:
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
+        # The loop of the first command. Cached: on Python 3.11 every asyncio.get_running_loop() is
+        # a getpid() system call, and this is called once per command.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # Public ---------------------------------------------------------------------------------------
     def send(self, *args: Arg, timeout_s: float | None = None) -> "asyncio.Future[Any]":
-        """Queue one command; the future resolves with its reply (or a RedisError)."""
-        loop = asyncio.get_running_loop()
+        """Queue one command; the future resolves with its reply (or a RedisError). A client serves
+        the event loop of its first command."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if self._closed:
             future.set_exception(RedisConnectionError(f"{self._name}: client closed"))
@@ -262,9 +268,9 @@ class PipelinedRedis:
 
     def _check_deadline(self) -> None:
         self._timer = None
-        if not self._pending:
+        if not self._pending or self._loop is None:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if self._pending[0].deadline <= loop.time():
             self._disconnect(RedisTimeoutError(f"{self._name}: Redis did not answer in time"))
             return

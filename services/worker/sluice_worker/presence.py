@@ -16,6 +16,10 @@ from sluice.records import WorkerRecord
 
 log = get_logger(__name__)
 
+# After a failed beat the next one comes this soon: the heartbeat must be back as soon as Redis is,
+# or peers may take this worker for dead and claim the jobs it holds.
+RETRY_S = 0.1
+
 
 class Presence:
     def __init__(
@@ -44,9 +48,10 @@ class Presence:
 
     async def run(self) -> None:
         """Beat every ``interval_s`` until :meth:`stop`; a Redis outage is logged and waited out."""
+        wait_s = self._interval_s
         while True:
             try:
-                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+                await asyncio.wait_for(self._stopping.wait(), wait_s)
                 return
             except TimeoutError:
                 pass
@@ -54,6 +59,9 @@ class Presence:
                 await self.announce()
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 log.warning("heartbeat failed, Redis unavailable", error=str(exc))
+                wait_s = min(RETRY_S, self._interval_s)
+            else:
+                wait_s = self._interval_s
 
     def stop(self) -> None:
         """End :meth:`run` after the beat in progress (await its task before :meth:`withdraw`, so no

@@ -19,6 +19,10 @@ from sluice_worker.rest_request import rest_parameters
 from sluice_worker.v2_protocol import V2Protocol
 
 NO_TENSORS = ModelTensors()
+# Plain ints: reading a protobuf enum's value off its wrapper goes through a Python __getattr__, and
+# these comparisons run for every job.
+KSERVE_GRPC = int(Protocol.KSERVE_GRPC)
+TORCHSERVE_REST = int(Protocol.TORCHSERVE_REST)
 
 
 class TsParameter(TypedDict):
@@ -89,9 +93,9 @@ def handler_request(
     """The TorchServe request for ``job`` (request id = job id), or the client error it deserves.
     ``tensors``: the model's KServe v2 declaration (rows of v2 jobs depend on it).
     ``decode_input_request``: TorchServe's setting (REST JSON/text bodies reach the handler decoded)."""
-    if job.protocol == Protocol.KSERVE_GRPC:
+    if job.protocol == KSERVE_GRPC:
         parameters, extra_headers = V2Protocol(tensors).row(job)
-    elif job.protocol == Protocol.TORCHSERVE_REST:
+    elif job.protocol == TORCHSERVE_REST:
         parameters, extra_headers = list(rest_parameters(job, decode=decode_input_request)), {}
     else:
         build = _PARAMETERS.get(job.protocol)
@@ -120,6 +124,6 @@ def _protocol_name(value: Protocol.ValueType) -> str:
 def reply_payload(job: Job, body: bytes, tensors: ModelTensors = NO_TENSORS) -> bytes:
     """What the gateway sends the client for one result body of ``job``; raises SluiceError when the
     body cannot be one (a v2 result that is neither v2 JSON nor tensors)."""
-    if job.protocol == Protocol.KSERVE_GRPC:
+    if job.protocol == KSERVE_GRPC:
         return V2Protocol(tensors).payload(job, body)
     return _PAYLOAD[job.protocol](body)

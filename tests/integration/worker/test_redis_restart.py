@@ -11,6 +11,7 @@ from sluice import keys
 
 from tests.integration.worker.harness import ReplyStream, WorkerProcess, enqueue, job, prediction, register
 from tests.support import models
+from tests.support.eventually import eventually
 from tests.support.redis_server import RedisServer
 
 MODEL = "survivor"
@@ -50,5 +51,7 @@ async def test_service_resumes_after_a_redis_restart(
     assert prediction(await replies.final(after.job_id, timeout_s=20)) == b"after"
     assert worker.process is not None
     assert worker.process.poll() is None
-    assert await redis_client.exists(keys.heartbeat(MODEL, "1.0", "9800"))
+    # The heartbeat (TTL 3 s) may have lapsed during the outage; the next beat after Redis is back
+    # announces the worker again.
+    await eventually(lambda: redis_client.exists(keys.heartbeat(MODEL, "1.0", "9800")), timeout_s=3.0)
     assert await redis_client.hexists(keys.workers(MODEL, "1.0"), "9800")

@@ -19,6 +19,8 @@ INVALID_REQUEST = "Invalid PredictionsRequest."
 SEQUENCE_ID_HEADER = "ts_request_sequence_id"
 SEQUENCE_START_HEADER = "ts_request_sequence_start"
 SEQUENCE_END_HEADER = "ts_request_sequence_end"
+# Read once: a protobuf enum value read off its wrapper goes through a Python __getattr__.
+TORCHSERVE_GRPC = Protocol.TORCHSERVE_GRPC
 
 
 def parse_request(raw: bytes) -> PredictionsRequest:
@@ -34,7 +36,7 @@ def to_call(
     if not request.model_name:
         raise SluiceError(ErrorCode.INVALID_ARGUMENT, MODEL_NAME_REQUIRED)
     return InferenceCall(
-        protocol=Protocol.TORCHSERVE_GRPC,
+        protocol=TORCHSERVE_GRPC,
         model=request.model_name,
         version=request.model_version,
         request=raw,
