@@ -55,14 +55,21 @@ class LoadResult:
     # Streaming only: per-message relay latencies.
     relay_ns: list[int] = field(default_factory=list)
     messages: int = 0
+    # Answers that arrived inside the window, whenever their call started: the throughput. (Counting
+    # only calls that also started inside it would drop one latency's worth of answers at each edge:
+    # 15% of a 3 s window when calls take 450 ms.)
+    completed_in_window: int = 0
+    # Every answer of the run, warm-up and tail included: what the servers' CPU time is divided by.
+    completed: int = 0
 
     @property
     def requests(self) -> int:
+        """Calls that started and ended inside the window: the latency samples."""
         return len(self.latencies_ns)
 
     @property
     def throughput_rps(self) -> float:
-        return self.requests / self.duration_s if self.duration_s > 0 else 0.0
+        return self.completed_in_window / self.duration_s if self.duration_s > 0 else 0.0
 
 
 async def closed_loop(
@@ -76,7 +83,8 @@ async def closed_loop(
     on_result: Callable[[Any, LoadResult, bool], None] | None = None,
 ) -> LoadResult:
     """Run ``concurrency`` clients calling ``call()`` back to back. Latencies are kept for calls that
-    started after the warm-up and ended inside the window; errors are counted the same way."""
+    started after the warm-up and ended inside the window (errors are counted the same way); the
+    throughput counts every answer that arrived inside the window."""
     if concurrency < 1 or duration_s <= 0:
         raise ValueError("concurrency >= 1 and duration_s > 0 are required")
     result = LoadResult(concurrency=concurrency, duration_s=duration_s)
@@ -100,6 +108,9 @@ async def closed_loop(
                 await asyncio.sleep(0.001)  # an erroring server must not turn the loop into a spin
                 continue
             done = time.perf_counter_ns()
+            result.completed += 1
+            if window_start <= done <= window_end:
+                result.completed_in_window += 1
             measured = sent >= window_start and done <= window_end
             if measured:
                 result.latencies_ns.append(done - sent)
@@ -279,6 +290,7 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 def summarize(result: LoadResult) -> dict[str, Any]:
     out: dict[str, Any] = {
         "requests": result.requests,
+        "completed": result.completed,
         "duration_s": result.duration_s,
         "throughput_rps": result.throughput_rps,
         "errors": dict(result.errors),

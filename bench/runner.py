@@ -355,7 +355,8 @@ class Runner:
                 children_before.ru_utime + children_before.ru_stime
             )
         record.update(measured)
-        record.update(usage.as_record(int(measured.get("requests", 0))))
+        # The monitor covered the whole cell (warm-up and tail too): divide by every answer in it.
+        record.update(usage.as_record(int(measured.get("completed", measured.get("requests", 0)))))
         self.writer.write(record)
         log(
             f"  {server.name} {cell.api}/{cell.client} {cell.model} C={cell.concurrency} rep {rep}: "
@@ -398,6 +399,8 @@ class Runner:
         )
         return {
             "requests": result.succeeded,
+            # h2load counts the measured window only; its warm-up ran at about the same rate.
+            "completed": round(result.throughput_rps * (cell.warmup_s + cell.duration_s)),
             "throughput_rps": result.throughput_rps,
             "errors": {"h2load failed": result.failed, "h2load errored": result.errored}
             if result.failed or result.errored
