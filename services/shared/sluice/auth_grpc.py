@@ -71,9 +71,12 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 def _deny_handler(denied: Refusal) -> Any:
     """A handler that closes the call at once. Stream-stream with no deserializer fits every method
-    kind and never parses the request."""
+    kind and never parses the request. It sets the status and returns instead of ``context.abort()``:
+    aborting a bidi call while its client was still sending made the client see INTERNAL "Internal
+    error from Core" about one time in ten under load, instead of the refusal."""
 
     async def deny(requests: Any, context: Any) -> None:
-        await context.abort(denied.grpc_code, denied.message)
+        context.set_code(denied.grpc_code)
+        context.set_details(denied.message)
 
     return grpc.stream_stream_rpc_method_handler(deny)
