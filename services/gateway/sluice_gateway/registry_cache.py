@@ -18,10 +18,10 @@ from sluice import keys, registry
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.records import VersionRecord
+from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.backoff import Backoff
 from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
-from sluice_gateway.tasks import cancel_and_wait
 
 log = get_logger(__name__)
 

@@ -15,9 +15,9 @@ from sluice.envelope import FIELD, EnvelopeError, decode_reply
 from sluice.errors import SluiceError
 from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
+from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.backoff import Backoff
-from sluice_gateway.tasks import cancel_and_wait
 from sluice_gateway.waiters import StreamWaiter, UnaryWaiter, Waiter
 
 log = get_logger(__name__)

@@ -13,9 +13,9 @@ from redis.exceptions import RedisError
 from sluice import keys
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
+from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.reply_bus import ReplyBus
-from sluice_gateway.tasks import cancel_and_wait
 
 log = get_logger(__name__)
 

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 from sluice import keys
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
+from sluice.tasks import cancel_and_wait
 
 log = get_logger(__name__)
 
@@ -68,9 +69,8 @@ class TokenLock:
         try:
             yield self
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+            # A renewal's redis-py call can turn the cancellation into a RedisError the loop survives.
+            await cancel_and_wait(renewer)
             with contextlib.suppress(RedisError):
                 await self.release()
 

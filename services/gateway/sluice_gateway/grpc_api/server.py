@@ -1,7 +1,6 @@
 """The grpc.aio server: options, ``grpc.health.v1`` (readiness follows Redis), optional reflection."""
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -9,6 +8,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sluice.log import get_logger
+from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.settings import GatewaySettings
 
@@ -86,7 +86,7 @@ class Readiness:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # The probe's redis-py PING can turn the cancellation into a RedisError that the loop
+            # survives: cancel until the task is done.
+            await cancel_and_wait(self._task)
             self._task = None
