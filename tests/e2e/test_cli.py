@@ -139,12 +139,19 @@ def test_start_serve_stop_leaves_nothing_running(site: Site) -> None:
     out = started.stdout
     assert "Sluice is serving." in out
     assert f"127.0.0.1:{site.grpc_port}" in out
-    assert f"redis://127.0.0.1:{site.redis_port}/0" in out
+    # The services reach the private Redis through its unix socket; its TCP port stays open for tools.
+    socket = site.home / "redis" / "redis.sock"
+    assert f"unix://{socket}?db=0" in out
+    assert f"also on 127.0.0.1:{site.redis_port}" in out
     assert "demo 1.0: 1 worker(s) READY (min 1)" in out
     assert str(site.home / "sluice.pid") in out
     assert "Traceback" not in started.stderr
 
     assert serving(site.grpc_port)
+    clients = redis.Redis(port=site.redis_port, socket_timeout=5).client_list()
+    through_socket = [c for c in clients if c["addr"].startswith("/")]  # TCP: "127.0.0.1:port"
+    # Manager and gateway (control connections, hot path, reply reader), the worker's hot path.
+    assert len(through_socket) >= 4, clients
     # Token authorization is on by default: key_file.json (0600) in the folder `sluice start` ran in.
     assert stat.S_IMODE(site.key_file.stat().st_mode) == 0o600
     assert set(json.loads(site.key_file.read_text())) == {"management", "inference", "API"}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+from sluice_cli.runtime import RuntimeDir
 
 from tests.support.redis_server import free_port
 
@@ -132,6 +133,9 @@ class Stack:
             "redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
             "--dir", str(self.home / "redis"), "--appendonly", "yes", "--save", "",
         ]  # fmt: skip
+        socket = RuntimeDir.at(self.home).redis_socket
+        if socket is not None:  # where `sluice start` pointed the services
+            args += ["--unixsocket", str(socket), "--unixsocketperm", "700"]
         process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

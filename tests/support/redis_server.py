@@ -1,13 +1,19 @@
-"""A real redis-server for tests: its own free port and data dir, AOF on, killable and restartable."""
+"""A real redis-server for tests: its own free port (and a unix socket in its data dir) and data dir,
+AOF on, killable and restartable."""
 
+import contextlib
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
+
+MAX_SOCKET_PATH = 100
 
 
 def free_port() -> int:
@@ -32,6 +38,17 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def socket_path(self) -> Path | None:
+        """The unix socket, unless the data dir's path is too long for one."""
+        path = self.data_dir / "redis.sock"
+        return path if len(str(path)) <= MAX_SOCKET_PATH else None
+
+    def unix_url(self, db: int = 0) -> str:
+        if self.socket_path is None:
+            raise RuntimeError(f"{self.data_dir} is too long a path for a unix socket")
+        return f"unix://{self.socket_path}?db={db}"
+
     def start(self, timeout_s: float = 10.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
@@ -40,6 +57,8 @@ class RedisServer:
             "--maxmemory-policy", "noeviction", "--daemonize", "no",
             "--logfile", str(self.data_dir / "redis.log"),
         ]  # fmt: skip
+        if self.socket_path is not None:
+            args += ["--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -64,3 +83,15 @@ class RedisServer:
         self.stop()
         time.sleep(down_s)
         self.start()
+
+
+@contextlib.contextmanager
+def redis_with_socket() -> Iterator[RedisServer]:
+    """A running RedisServer in a short temporary folder, so that it has its unix socket."""
+    with tempfile.TemporaryDirectory(prefix="sl-") as folder:
+        server = RedisServer(Path(folder))
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from sluice_cli.children import log_tail
 from sluice_cli.runtime import PidFile, RuntimeDir
-from sluice_cli.settings import CliSettings
+from sluice_cli.settings import LOOPBACK, CliSettings
 from sluice_cli.status import ModelStatus, StartFailed
 
 TAIL_LINES = 20
@@ -20,7 +20,11 @@ def error(message: str) -> None:
 
 
 def serving(settings: CliSettings, runtime: RuntimeDir, state: PidFile, statuses: list[ModelStatus]) -> None:
-    redis_note = "private, AOF in " + str(runtime.redis_data) if state.private_redis else "external"
+    redis_note = (
+        f"private, also on {LOOPBACK}:{settings.redis_port}, AOF in {runtime.redis_data}"
+        if state.private_redis
+        else "external"
+    )
     management = (
         f"gRPC {settings.grpc_management_address}:{settings.grpc_management_port}, "
         f"REST {settings.management_address}"

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ValidationError
 
 # How far a process's start time may differ from the recorded one and still be the same process.
 _START_TIME_TOLERANCE_S = 1.0
+# A unix socket's path must fit sun_path (108 bytes on Linux, with its NUL); keep a margin.
+MAX_SOCKET_PATH = 100
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,12 @@ class RuntimeDir:
     @property
     def redis_data(self) -> Path:
         return self.home / "redis"
+
+    @property
+    def redis_socket(self) -> Path | None:
+        """The private Redis's unix socket, or None when the folder's path is too long for one."""
+        path = self.redis_data / "redis.sock"
+        return path if len(os.fsencode(path)) <= MAX_SOCKET_PATH else None
 
     def log_file(self, name: str) -> Path:
         return self.logs / f"{name}.log"

@@ -55,9 +55,10 @@ def python_service(module: str) -> list[str]:
     return [sys.executable, "-m", module]
 
 
-def redis_command(port: int, data_dir: Path) -> list[str]:
-    """A private redis-server: loopback only, protected mode, AOF on, never evicts (an eviction
-    policy could delete job streams), logs to stdout (our log file)."""
+def redis_command(port: int, data_dir: Path, socket: Path | None = None) -> list[str]:
+    """A private redis-server: loopback only (and ``socket``, for this user only), protected mode, AOF
+    on, never evicts (an eviction policy could delete job streams), logs to stdout (our log file)."""
+    unix = ["--unixsocket", str(socket), "--unixsocketperm", "700"] if socket is not None else []
     return [
         "redis-server",
         "--port", str(port),
@@ -70,6 +71,7 @@ def redis_command(port: int, data_dir: Path) -> list[str]:
         "--maxmemory-policy", "noeviction",
         "--daemonize", "no",
         "--logfile", "",
+        *unix,
     ]  # fmt: skip
 
 

@@ -44,10 +44,15 @@ class CliSettings(AuthSettings):
     # Runtime folder (SLUICE_HOME): pid file, logs, Redis data, unpacked models.
     home: Path = Path("var")
 
-    @property
-    def service_redis_url(self) -> str:
-        """The Redis the services are told to use (SLUICE_REDIS_URL of the children)."""
-        return self.external_redis_url or f"redis://{LOOPBACK}:{self.redis_port}/0"
+    def service_redis_url(self, socket: Path | None = None) -> str:
+        """The Redis the services are told to use (SLUICE_REDIS_URL of the children): the external one,
+        else the private one, through its unix ``socket`` when it has one (a loopback TCP round trip
+        costs more CPU and latency on every job; its TCP port stays open for tools)."""
+        if self.external_redis_url:
+            return self.external_redis_url
+        if socket is not None:
+            return f"unix://{socket}?db=0"
+        return f"redis://{LOOPBACK}:{self.redis_port}/0"
 
     @property
     def gateway_target(self) -> str:

@@ -53,9 +53,8 @@ def start(
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     private = not settings.external_redis_url
-    state = PidFile.new(
-        runtime, settings.service_redis_url, private_redis=private, gateway_target=settings.gateway_target
-    )
+    redis_url = settings.service_redis_url(runtime.redis_socket)
+    state = PidFile.new(runtime, redis_url, private_redis=private, gateway_target=settings.gateway_target)
     if foreground:
         state.owner = this_process("cli", "sluice")
     children = Children()
@@ -112,14 +111,12 @@ def _launch(
 ) -> list[ModelStatus]:
     key_file = settings.key_file.absolute() if token_auth_on(settings, options) else None
     state.key_file = str(key_file or "")
-    env = service_env(
-        environ, options, home=runtime.home, redis_url=settings.service_redis_url, key_file=key_file
-    )
+    env = service_env(environ, options, home=runtime.home, redis_url=state.redis_url, key_file=key_file)
     if state.private_redis:
         if fresh:
             clear_redis_data(runtime.redis_data)
-        _spawn(state, children, runtime, "redis", redis_command(settings.redis_port, runtime.redis_data), env,
-               marker="redis-server")  # fmt: skip
+        command = redis_command(settings.redis_port, runtime.redis_data, runtime.redis_socket)
+        _spawn(state, children, runtime, "redis", command, env, marker="redis-server")
     # The services start while Redis comes up: their imports take far longer than Redis's start, and
     # both wait out a Redis that does not answer yet.
     _spawn(
@@ -129,7 +126,7 @@ def _launch(
         state, children, runtime, "gateway", python_service("sluice_gateway"), env, marker="sluice_gateway"
     )
     if state.private_redis:
-        _wait_for_redis(settings.service_redis_url, state, children)
+        _wait_for_redis(state.redis_url, state, children)
     manager = state.get("manager")
     assert manager is not None
     # Imported once the children run: grpc and redis take a good part of the CLI's own start.
@@ -137,7 +134,7 @@ def _launch(
 
     from sluice_cli.readiness import wait_until_ready
 
-    client = redis.Redis.from_url(settings.service_redis_url, socket_timeout=2.0)
+    client = redis.Redis.from_url(state.redis_url, socket_timeout=2.0)
     try:
         return wait_until_ready(
             client,

@@ -11,6 +11,7 @@ it, and a retry cap kept in the operation record (``max_attempts``).
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from celery import Celery
 from sluice import keys
@@ -19,8 +20,22 @@ TASK_NAME = "sluice.run_operation"
 QUEUE = "sluice-control"
 
 
+def broker_url(redis_url: str) -> str:
+    """Celery's spelling of ``redis_url``: kombu reads a unix socket only as ``redis+socket://``
+    (database in ``virtual_host``); other URLs are the same for both."""
+    parts = urlsplit(redis_url)
+    if parts.scheme != "unix":
+        return redis_url
+    query = parse_qs(parts.query)
+    db = query.get("db", ["0"])[0]
+    password = unquote(parts.password or "") or query.get("password", [""])[0]
+    username = unquote(parts.username or "") or query.get("username", [""])[0]
+    credentials = f"{quote(username, safe='')}:{quote(password, safe='')}@" if password else ""
+    return f"redis+socket://{credentials}{parts.path}?virtual_host={db}"
+
+
 def celery_app(redis_url: str, *, visibility_timeout_s: float) -> Celery:
-    app = Celery("sluice_manager", broker=redis_url, set_as_current=False)
+    app = Celery("sluice_manager", broker=broker_url(redis_url), set_as_current=False)
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],

@@ -12,7 +12,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sluice.pipelined_redis import PipelinedRedis
 
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer, free_port, redis_with_socket
 
 
 @pytest.fixture
@@ -129,3 +129,18 @@ async def test_the_credentials_of_the_url_are_used(
     finally:
         await good.close()
         await wrong.close()
+
+
+async def test_a_unix_socket_url_reaches_its_database() -> None:
+    with redis_with_socket() as server:
+        pipelined = PipelinedRedis(server.unix_url(db=3), timeout_s=2.0)
+        try:
+            assert await pipelined.execute("SET", "k", "v") == b"OK"
+            assert b"redis.sock" in await pipelined.execute("CLIENT", "INFO")  # not the TCP port
+        finally:
+            await pipelined.close()
+        direct = aioredis.Redis(port=server.port, db=3)
+        try:
+            assert await direct.get("k") == b"v"
+        finally:
+            await direct.aclose()

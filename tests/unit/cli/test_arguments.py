@@ -101,6 +101,15 @@ def test_private_redis_is_locked_down(tmp_path: Path) -> None:
     assert pairs["--appendonly"] == "yes"
     assert pairs["--maxmemory-policy"] == "noeviction"
     assert pairs["--dir"] == str(tmp_path / "redis")
+    assert "--unixsocket" not in pairs
+
+
+def test_private_redis_socket_is_for_its_user_only(tmp_path: Path) -> None:
+    argv = redis_command(6399, tmp_path / "redis", tmp_path / "redis" / "redis.sock")
+    pairs = dict(zip(argv[1::2], argv[2::2], strict=True))
+    assert pairs["--unixsocket"] == str(tmp_path / "redis" / "redis.sock")
+    assert pairs["--unixsocketperm"] == "700"
+    assert pairs["--bind"] == "127.0.0.1"
 
 
 def test_cli_settings_from_config_properties(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,13 +121,14 @@ def test_cli_settings_from_config_properties(tmp_path: Path, monkeypatch: pytest
     settings = CliSettings()
     assert settings.grpc_inference_port == 17070
     assert settings.gateway_target == "127.0.0.1:17070"
-    assert settings.service_redis_url == "redis://127.0.0.1:16399/0"
+    assert settings.service_redis_url() == "redis://127.0.0.1:16399/0"
+    assert settings.service_redis_url(Path("/h/redis/redis.sock")) == "unix:///h/redis/redis.sock?db=0"
     config.write_text("sluice_redis_url=redis://10.1.1.1:6379/2\n")
-    assert CliSettings().service_redis_url == "redis://10.1.1.1:6379/2"
+    assert CliSettings().service_redis_url(Path("/h/redis/redis.sock")) == "redis://10.1.1.1:6379/2"
     monkeypatch.delenv("SLUICE_TS_CONFIG")
     defaults = CliSettings()
     assert defaults.gateway_target == "127.0.0.1:7070"
-    assert defaults.service_redis_url == "redis://127.0.0.1:6399/0"
+    assert defaults.service_redis_url() == "redis://127.0.0.1:6399/0"
     assert defaults.home == Path("var")
     monkeypatch.setenv("SLUICE_HOME", os.fspath(tmp_path / "h"))
     assert CliSettings().home == tmp_path / "h"

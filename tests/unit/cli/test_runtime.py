@@ -5,7 +5,7 @@ from pathlib import Path
 
 import psutil
 from sluice_cli.children import log_tail
-from sluice_cli.runtime import PidFile, ProcessRef, RuntimeDir, remove_pid_file
+from sluice_cli.runtime import MAX_SOCKET_PATH, PidFile, ProcessRef, RuntimeDir, remove_pid_file
 
 
 def me(**changes: object) -> ProcessRef:
@@ -21,6 +21,12 @@ def test_runtime_layout(tmp_path: Path) -> None:
     assert runtime.logs.is_dir()
     assert runtime.redis_data.is_dir()
     assert runtime.log_file("manager") == tmp_path / "var" / "logs" / "manager.log"
+    assert runtime.redis_socket == tmp_path / "var" / "redis" / "redis.sock"
+
+
+def test_no_redis_socket_when_its_path_is_too_long(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * (MAX_SOCKET_PATH - len(str(tmp_path))))
+    assert RuntimeDir.at(deep).redis_socket is None
 
 
 def test_pid_file_round_trip(tmp_path: Path) -> None:
