@@ -104,7 +104,12 @@ async def _start(
         worker_id = await until_done(lambda: registry.next_worker_id(redis), "worker id")
     structlog.contextvars.bind_contextvars(worker=worker_id)
 
-    enter_model_dir(record.model_dir, record.handler)
+    try:
+        enter_model_dir(record.model_dir, record.handler)
+    except OSError as exc:
+        # The models folder of an earlier run, gone while its registration stayed in Redis.
+        log.error("cannot enter the model folder", model_dir=record.model_dir, error=exc.strerror)
+        return ExitCode.LOAD_FAILED
     loaded = await _load(settings, record, torch_thread)
     if loaded is None:
         return ExitCode.LOAD_FAILED

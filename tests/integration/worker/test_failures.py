@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -188,6 +189,18 @@ async def test_a_handler_that_fails_to_load_exits_3(
     assert worker.wait() == 3, worker.log()
     assert "handler failed to load" in worker.log()
     assert await _records(client, "broken") == {}
+
+
+async def test_a_missing_model_folder_exits_3_with_a_clear_error(
+    module_redis: RedisServer, client: "aioredis.Redis", tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    record = await register(client, models.ModelSpec(name="gone", handler="handler.py"), tmp_path)
+    shutil.rmtree(record.model_dir)  # a registration that outlived its models folder
+    worker = WorkerProcess(module_redis.url, "gone", "1.0", tmp_path).start()
+    workers.append(worker)
+    assert worker.wait() == 3, worker.log()
+    assert "cannot enter the model folder" in worker.log()
+    assert "Traceback" not in worker.log()
 
 
 async def test_worker_waits_for_its_record_numbers_itself_and_runs_on_cpu(
