@@ -82,7 +82,9 @@ class ManagementConfig:
     unregister_timeout_s: float = 120.0
     # Consecutive worker failures after which a synchronous register or scale stops waiting.
     failures_before_giving_up: int = 3
-    poll_interval_s: float = 0.1
+    # How often a synchronous call looks at its workers (two cheap Redis reads): part of the
+    # register-to-READY time a client sees, ~half of it on average.
+    poll_interval_s: float = 0.02
 
 
 Submit = Callable[[str], Awaitable[None]]
