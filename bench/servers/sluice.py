@@ -104,6 +104,8 @@ class SluiceServer:
             return {}
 
     def processes(self) -> dict[str, list[psutil.Process]]:
+        """Role -> processes: the services of the pid file, ``worker:<model>:<worker id>`` for each
+        worker (named by the manager's launch records) and ``standby`` for the standby worker."""
         roles: dict[str, list[psutil.Process]] = {}
         for ref in self._pid_file().get("processes", []):
             try:
@@ -112,9 +114,30 @@ class SluiceServer:
                 continue
             roles[ref["name"]] = [process]
             if ref["name"] == "manager":
+                labels = self._worker_labels()
                 for child in _children(process):
-                    roles[f"worker:{_worker_label(child)}"] = [child]
+                    label = labels.get(child.pid)
+                    roles[f"worker:{label}" if label else "standby"] = [child]
         return roles
+
+    def _worker_labels(self) -> dict[int, str]:
+        """pid -> ``<model>:<worker id>`` from the manager's launch records."""
+        import redis
+        from sluice import keys
+
+        client = redis.Redis.from_url(self.redis_url, socket_timeout=5.0)
+        try:
+            records = client.hgetall(keys.LAUNCHED_WORKERS)
+        except redis.RedisError:
+            return {}
+        finally:
+            client.close()
+        labels = {}
+        for raw in records.values():
+            record = json.loads(raw)
+            if record.get("pid"):
+                labels[int(record["pid"])] = f"{record['model_name']}:{record['worker_id']}"
+        return labels
 
 
 def _children(process: psutil.Process) -> list[psutil.Process]:
@@ -126,19 +149,3 @@ def _children(process: psutil.Process) -> list[psutil.Process]:
         ]
     except psutil.Error:
         return []
-
-
-def _worker_label(process: psutil.Process) -> str:
-    try:
-        argv = process.cmdline()
-    except psutil.Error:
-        return str(process.pid)
-    model = _flag(argv, "--model-name") or "?"
-    worker = _flag(argv, "--worker-id") or str(process.pid)
-    return f"{model}:{worker}"
-
-
-def _flag(argv: list[str], flag: str) -> str | None:
-    if flag in argv and argv.index(flag) + 1 < len(argv):
-        return argv[argv.index(flag) + 1]
-    return None

@@ -1,6 +1,7 @@
 """``sluice start`` / ``sluice stop`` as a user runs them: real redis-server, manager, gateway and
 worker processes, the demo model, free ports chosen through config.properties."""
 
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sluice import keys
 from sluice.v1 import torchserve_inference_pb2 as inference_pb2
 from sluice.v1 import torchserve_inference_pb2_grpc as inference_grpc
+from sluice.worker_standby import STANDBY_FLAG
 from sluice_worker.demo_model import write_archive
 
 from tests.support.redis_server import free_port
@@ -64,10 +66,23 @@ class Site:
         loaded: dict[str, object] = json.loads((self.home / "sluice.pid").read_text())
         return loaded
 
+    def pid_of(self, name: str) -> int:
+        processes = self.pid_file()["processes"]
+        assert isinstance(processes, list)
+        return next(int(entry["pid"]) for entry in processes if entry["name"] == name)
+
     def service_pids(self) -> list[int]:
         processes = self.pid_file()["processes"]
         assert isinstance(processes, list)
         return [int(entry["pid"]) for entry in processes]
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every process the services started (workers, the standby worker, Celery's pool)."""
+        found = []
+        for pid in self.service_pids():
+            with contextlib.suppress(psutil.Error):
+                found += psutil.Process(pid).children(recursive=True)
+        return found
 
     def worker_pids(self) -> list[int]:
         client = redis.Redis(port=self.redis_port)
@@ -107,6 +122,15 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def standbys(site: Site, besides: int) -> list[int]:
+    found = []
+    for process in site.descendants():
+        with contextlib.suppress(psutil.Error):
+            if STANDBY_FLAG in process.cmdline() and process.pid != besides:
+                found.append(process.pid)
+    return found
 
 
 def wait_dead(pids: list[int], timeout_s: float = 10) -> list[int]:
@@ -169,6 +193,14 @@ def test_start_serve_stop_leaves_nothing_running(site: Site) -> None:
 
     pids = site.service_pids() + site.worker_pids()
     assert len(pids) == 4
+    # The demo worker began as the manager's standby (torch imported ahead); a new standby follows.
+    [worker] = site.worker_pids()
+    assert STANDBY_FLAG in psutil.Process(worker).cmdline()
+    deadline = time.monotonic() + 20
+    while len(standbys(site, besides=worker)) != 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(standbys(site, besides=worker)) == 1, site.descendants()
+    pids += [p.pid for p in site.descendants()]
     stopped = site.run("--stop", timeout_s=120)
     assert stopped.returncode == 0, stopped.stderr
     assert "Sluice stopped." in stopped.stdout
@@ -176,6 +208,22 @@ def test_start_serve_stop_leaves_nothing_running(site: Site) -> None:
     assert not (site.home / "sluice.pid").exists()
     assert not site.key_file.exists()  # deleted at stop, as TorchServe does
     assert site.run("stop").stdout.strip() == "Sluice is not running."
+
+
+def test_stop_after_the_manager_was_killed_leaves_nothing_running(site: Site) -> None:
+    started = site.run("start", "--model-store", "store", "--models", "demo=demo.mar", "--disable-token-auth")
+    assert started.returncode == 0, started.stderr + started.stdout
+    [worker] = site.worker_pids()
+    assert STANDBY_FLAG in psutil.Process(worker).cmdline()  # a worker that began as the standby
+    manager = site.pid_of("manager")
+    others = [p.pid for p in site.descendants() if p.pid != worker]
+    os.kill(manager, signal.SIGKILL)
+    assert wait_dead([manager]) == []
+    assert alive(worker)  # workers outlive their manager (a new one would adopt them)
+    stopped = site.run("stop", timeout_s=120)
+    assert stopped.returncode == 0, stopped.stderr
+    # `sluice stop` finds the worker from its launch record; the standby ended with its manager.
+    assert wait_dead([worker, *others]) == []
 
 
 def start_foreground(site: Site) -> "subprocess.Popen[str]":

@@ -74,7 +74,8 @@ def _timeout_s(ref: ProcessRef, settings: CliSettings) -> float:
 
 def kill_leftover_workers(redis_url: str) -> int:
     """SIGKILL workers on this host that a manager started and did not stop (it was killed, or it
-    timed out). Identified by pid, start time and ``--worker-id`` from the launch records."""
+    timed out). Identified by pid, start time and a word of the command line (``--worker-id <id>`` or
+    the record's marker) from the launch records."""
     import redis  # here: `sluice start` reaches this module before it needs Redis (its start time)
 
     try:
@@ -103,7 +104,8 @@ def _worker_ref(raw: bytes | str, host: str) -> ProcessRef | None:
             name=f"worker {record['worker_id']}",
             pid=int(record["pid"]),
             start_time=float(record.get("process_start_time") or _current_start_time(int(record["pid"]))),
-            marker=f"--worker-id {record['worker_id']}",
+            # A worker that began as the standby has the standby's command line (its record says so).
+            marker=record.get("marker") or f"--worker-id {record['worker_id']}",
         )
     except (ValueError, KeyError, TypeError):
         return None

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from sluice.log import get_logger
 from sluice.redis_client import connect
+from sluice.worker_standby import STANDBY_FLAG
 
 from sluice_manager.archives import ExtractionLimits
 from sluice_manager.control_plane import ControlPlane, ControlPlaneConfig
@@ -128,8 +129,10 @@ class Manager:
             return ExternalLauncher()
         if self.settings.launcher == "docker":
             raise ConfigError("the docker launcher is not available yet; use process or external")
+        standby = [self.settings.worker_python, "-m", self.settings.worker_module, STANDBY_FLAG]
         return ProcessLauncher(
             command=worker_command(self.settings.worker_python, self.settings.worker_module),
+            standby_command=standby if self.settings.worker_standby else None,
             env=worker_environment(self.settings, environ),
             logs_dir=self.settings.logs_path,
             host=self.host,
@@ -210,6 +213,7 @@ class Manager:
     async def _prepare(self) -> None:
         await self.reconciler.adopt()
         await remove_unused_model_dirs(self.redis, self.settings.models_path)
+        await self.launcher.prepare()
 
     async def _load_startup_models(self) -> None:
         # Safe to repeat: a startup model that is already registered is kept as it is.

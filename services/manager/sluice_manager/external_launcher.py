@@ -28,5 +28,8 @@ class ExternalLauncher:
     def forget(self, worker_id: str) -> None:
         return None
 
+    async def prepare(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None

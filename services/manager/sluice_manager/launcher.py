@@ -51,6 +51,12 @@ class LaunchRecord(BaseModel):
     started_unix_ms: int
     log_path: str = ""
     stop_requested_unix_ms: int = 0
+    # A word of the process's command line that marks it as ours ("": its worker id).
+    marker: str = ""
+
+    @property
+    def command_marker(self) -> str:
+        return self.marker or self.worker_id
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -94,6 +100,10 @@ class Launcher(Protocol):
 
     def forget(self, worker_id: str) -> None:
         """Drop an exited worker from :meth:`list`."""
+        ...
+
+    async def prepare(self) -> None:
+        """Get ready to start workers quickly (the process launcher starts its standby worker)."""
         ...
 
     async def aclose(self) -> None: ...

@@ -48,6 +48,7 @@ class ManagerSettings(AuthSettings):
         "sluice_launcher": "launcher",
         "sluice_worker_python": "worker_python",
         "sluice_worker_module": "worker_module",
+        "sluice_worker_standby": "worker_standby",
         "sluice_reconcile_interval_s": "reconcile_interval_s",
         "sluice_heartbeat_grace_s": "heartbeat_grace_s",
         "sluice_lease_ttl_s": "lease_ttl_s",
@@ -103,6 +104,9 @@ class ManagerSettings(AuthSettings):
     # How the process launcher starts a worker: <worker_python> -m <worker_module> --model-name ...
     worker_python: str = sys.executable
     worker_module: str = "sluice_worker"
+    # Keep one worker process started ahead (torch imported), so a new worker is READY ~1 s sooner;
+    # it costs that process's memory (~200 MiB) while no worker needs it.
+    worker_standby: bool = True
     reconcile_interval_s: float = Field(default=1.0, gt=0)
     # A READY worker whose heartbeat key has been gone this long while its process runs is killed.
     heartbeat_grace_s: float = Field(default=2.0, ge=0)

@@ -1,5 +1,8 @@
 """``python -m sluice_worker --model-name M --model-version V [--worker-id ID] [--gpu-id N]
-[--torch-threads N]``, with ``SLUICE_REDIS_URL`` and the other ``SLUICE_*`` settings in the environment."""
+[--torch-threads N]``, with ``SLUICE_REDIS_URL`` and the other ``SLUICE_*`` settings in the environment.
+
+``python -m sluice_worker --standby``: import everything (torch, ``ts``) now, then wait on stdin for
+the launcher to assign the same arguments (see :mod:`sluice.worker_standby`)."""
 
 import os
 
@@ -16,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from sluice.log import configure_logging
+from sluice.worker_standby import STANDBY_FLAG, await_assignment
 
 from sluice_worker import app
 from sluice_worker.exit_codes import ExitCode
@@ -24,8 +28,14 @@ from sluice_worker.torch_thread import TorchThread
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    args: Sequence[str] | None = argv
+    if list(sys.argv[1:] if argv is None else argv) == [STANDBY_FLAG]:
+        # The imports above (the worker app, torch, ts) are what a standby saves its future worker.
+        args = await_assignment()
+        if args is None:  # the launcher went away without assigning us
+            sys.exit(0)
     try:
-        settings = parse_args(argv)
+        settings = parse_args(args)
     except ValidationError as exc:
         print(f"sluice_worker: invalid settings\n{exc}", file=sys.stderr)
         sys.exit(2)

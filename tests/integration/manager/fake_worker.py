@@ -5,7 +5,8 @@
 [--torch-threads N] [--gpu-id N]`` with ``SLUICE_REDIS_URL`` set. It reads its version record; the
 record's ``model_yaml_config["fake"]`` tunes it: ``load_s`` (delay before READY), ``exit_code``
 (exit with it instead of announcing, a failed load), ``ttl_s`` / ``interval_s`` (heartbeat).
-Each start is appended to the list ``test:fake:<model>:<version>:starts`` (JSON).
+Each start is appended to the list ``test:fake:<model>:<version>:starts`` (JSON). ``--standby`` waits
+for its assignment on stdin, as the real worker's does.
 SIGTERM: withdraw the record and heartbeat, exit 0.
 """
 
@@ -21,6 +22,7 @@ from types import FrameType
 import redis
 from sluice import keys, registry
 from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
+from sluice.worker_standby import STANDBY_FLAG, await_assignment
 
 
 def starts_key(model: str, version: str) -> str:
@@ -36,13 +38,19 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 
 def main() -> int:
+    argv = sys.argv[1:]
+    if argv == [STANDBY_FLAG]:
+        assigned = await_assignment()
+        if assigned is None:
+            return 0
+        argv = assigned
     parser = argparse.ArgumentParser()
     parser.add_argument("--model-name", required=True)
     parser.add_argument("--model-version", required=True)
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--torch-threads", type=int)
     parser.add_argument("--gpu-id", type=int)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     client = redis.Redis.from_url(os.environ["SLUICE_REDIS_URL"])
     model, version, worker_id = args.model_name, args.model_version, args.worker_id

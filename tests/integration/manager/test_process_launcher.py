@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import psutil
+from sluice.worker_standby import STANDBY_FLAG
 from sluice_manager.launcher import ProcessState, WorkerSpec
 from sluice_manager.process_launcher import ProcessLauncher
 
@@ -36,7 +37,19 @@ class Exits:
         self.seen[worker_id] = code
 
 
-def launcher(tmp_path: Path, exits: Exits, host: str | None = None) -> ProcessLauncher:
+# A standby as the real worker's: wait for the assignment, then run as the sleeper would.
+STANDBY = (
+    "import sys, time; from sluice.worker_standby import await_assignment; args = await_assignment(); "
+    "print('assigned', args, flush=True); time.sleep(60)"
+)
+STANDBY_COMMAND = [sys.executable, "-c", STANDBY, STANDBY_FLAG]
+# A standby that cannot even start.
+BROKEN_STANDBY_COMMAND = [sys.executable, "-c", "raise SystemExit(1)", STANDBY_FLAG]
+
+
+def launcher(
+    tmp_path: Path, exits: Exits, host: str | None = None, standby: list[str] | None = None
+) -> ProcessLauncher:
     return ProcessLauncher(
         command=sleeper_command,
         env=dict(os.environ),
@@ -44,7 +57,14 @@ def launcher(tmp_path: Path, exits: Exits, host: str | None = None) -> ProcessLa
         host=host or socket.gethostname(),
         on_exit=exits,
         poll_interval_s=0.05,
+        standby_command=standby,
+        standby_delay_s=0.05,
     )
+
+
+def standby_pid(runner: ProcessLauncher) -> int | None:
+    standby = runner._standby
+    return None if standby is None else standby.pid
 
 
 async def test_start_stop_and_exit_report(tmp_path: Path) -> None:
@@ -145,3 +165,66 @@ def _reap_if_ours(runner: ProcessLauncher) -> None:
     for child in runner._children.values():
         if child.popen is not None:
             child.popen.poll()
+
+
+async def test_a_worker_starts_as_the_standby_and_a_new_standby_follows(tmp_path: Path) -> None:
+    exits = Exits()
+    runner = launcher(tmp_path, exits, standby=STANDBY_COMMAND)
+    try:
+        await runner.prepare()
+        first_standby = standby_pid(runner)
+        assert first_standby is not None
+        record = await runner.start(WorkerSpec("m", "1.0", "9010", torch_threads=3))
+        assert (record.pid, record.marker, record.command_marker) == (
+            first_standby,
+            STANDBY_FLAG,
+            STANDBY_FLAG,
+        )
+        log_file = Path(record.log_path)
+        await eventually(lambda: "'--worker-id', '9010'" in log_file.read_text(), timeout_s=10)
+        await eventually(lambda: "--torch-threads', '3'" in log_file.read_text(), timeout_s=1)
+        await eventually(lambda: standby_pid(runner) not in (None, first_standby), timeout_s=5)
+        # Its own process group, as any worker: a stop signal reaches it.
+        assert os.getpgid(first_standby) == first_standby
+        await runner.stop("9010", graceful=True)
+        await eventually(lambda: "9010" in exits.seen, timeout_s=5)
+        assert exits.seen["9010"] == -signal.SIGTERM
+        second_standby = standby_pid(runner)
+    finally:
+        await runner.aclose()
+    assert second_standby is not None
+    assert not psutil.pid_exists(second_standby) or _zombie(second_standby)  # closing ends the standby
+
+
+async def test_a_standby_worker_is_adopted_by_its_command_line_marker(tmp_path: Path) -> None:
+    first = launcher(tmp_path, Exits(), standby=STANDBY_COMMAND)
+    await first.prepare()
+    record = await first.start(WorkerSpec("m", "1.0", "9011"))
+    await first.aclose()  # the manager died; the worker keeps running (its next standby does not)
+    second = launcher(tmp_path, Exits())
+    try:
+        assert record.marker == STANDBY_FLAG
+        assert second.adopt(record)
+        assert second.list() == {"9011": ProcessState.RUNNING}
+        await second.stop("9011", graceful=False)
+    finally:
+        await second.aclose()
+        _reap_if_ours(first)
+
+
+async def test_a_standby_that_cannot_start_turns_standbys_off(tmp_path: Path) -> None:
+    exits = Exits()
+    runner = launcher(tmp_path, exits, standby=BROKEN_STANDBY_COMMAND)
+    try:
+        await runner.prepare()
+        broken = runner._standby
+        assert broken is not None
+        await eventually(lambda: broken.poll() is not None, timeout_s=10)
+        record = await runner.start(WorkerSpec("m", "1.0", "9012"))
+        assert record.marker == ""
+        assert record.pid != broken.pid
+        await eventually(lambda: "child up" in Path(record.log_path).read_text(), timeout_s=10)
+        await runner.prepare()
+        assert runner._standby is None  # off for good: no restart loop
+    finally:
+        await runner.aclose()
