@@ -23,6 +23,7 @@ def test_torchserve_defaults() -> None:
     assert settings.job_queue_size == 100
     assert (settings.default_response_timeout_s, settings.default_startup_timeout_s) == (120, 120)
     assert settings.launcher == "process"
+    assert settings.worker_standby is True
     assert settings.enable_model_api is False
     assert settings.disable_token_authorization is False
     assert settings.models_path == Path("var/models").absolute()
@@ -46,6 +47,7 @@ def test_config_properties_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
                 "sluice_redis_url=redis://10.0.0.1:6379/0",
                 "sluice_launcher=external",
                 "sluice_reconcile_interval_s=0.5",
+                "sluice_worker_standby=false",
                 "models={\\",
                 '  "noop": {\\',
                 '    "1.0": {"defaultVersion": true, "batchSize": 4}\\',
@@ -65,6 +67,7 @@ def test_config_properties_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert settings.redis_url == "redis://10.0.0.1:6379/0"
     assert settings.launcher == "external"
     assert settings.reconcile_interval_s == 0.5
+    assert settings.worker_standby is False
     assert parse_models_json(settings.models) == {"noop": {"1.0": {"defaultVersion": True, "batchSize": 4}}}
 
 
