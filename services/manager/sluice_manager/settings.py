@@ -105,7 +105,7 @@ class ManagerSettings(AuthSettings):
     worker_python: str = sys.executable
     worker_module: str = "sluice_worker"
     # Keep one worker process started ahead (torch imported), so a new worker is READY ~1 s sooner;
-    # it costs that process's memory (~200 MiB) while no worker needs it. A custom worker_module must
+    # it costs that process's memory (~240 MiB RSS) while no worker needs it. A custom worker_module must
     # then accept --standby (sluice.worker_standby).
     worker_standby: bool = True
     reconcile_interval_s: float = Field(default=1.0, gt=0)
