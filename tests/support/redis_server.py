@@ -2,6 +2,7 @@
 AOF on, killable and restartable."""
 
 import contextlib
+import random
 import shutil
 import signal
 import socket
@@ -16,11 +17,27 @@ import redis
 MAX_SOCKET_PATH = 100
 
 
+# Ports are chosen below Linux's ephemeral range (32768-60999): a port the kernel may give any
+# outgoing connection between our choice and the server's bind was seen to collide in CI.
+_PORT_RANGE = (20000, 32767)
+_given: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A loopback port nothing listens on, not handed out before by this process."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(*_PORT_RANGE)
+        if port in _given:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
         return port
+    raise RuntimeError(f"no free port in {_PORT_RANGE} after 200 tries")
 
 
 class RedisServer:
