@@ -6,7 +6,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from sluice.log import get_logger
 from sluice.tasks import cancel_and_wait
 
@@ -32,6 +31,9 @@ def create_server(settings: GatewaySettings, interceptors: Sequence[Any] = ()) -
 
 
 def add_reflection(server: Any, service_names: Sequence[str]) -> None:
+    # Imported only when reflection is on (it is off by default): ~1 MiB of the gateway's memory.
+    from grpc_reflection.v1alpha import reflection
+
     reflection.enable_server_reflection(
         (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
