@@ -127,10 +127,10 @@ class ProcessLauncher:
 
     def _launch(self, spec: WorkerSpec, log_path: Path) -> "tuple[subprocess.Popen[bytes], str]":
         """The worker's process and the marker of its command line ("" for its worker id)."""
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         standby = self._take_standby()
         if standby is not None:
             assert standby.stdin is not None
+            log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.touch()  # there from the start, as a spawned worker's (the standby appends)
             try:
                 standby.stdin.write(Assignment(spec.arguments(), str(log_path)).to_line())

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from sluice.log import configure_logging
-from sluice.worker_standby import STANDBY_FLAG, await_assignment
+from sluice.worker_standby import STANDBY_FLAG, AssignmentError, await_assignment
 
 from sluice_worker import app
 from sluice_worker.exit_codes import ExitCode
@@ -31,7 +31,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args: Sequence[str] | None = argv
     if list(sys.argv[1:] if argv is None else argv) == [STANDBY_FLAG]:
         # The imports above (the worker app, torch, ts) are what a standby saves its future worker.
-        args = await_assignment()
+        try:
+            args = await_assignment()
+        except AssignmentError as exc:
+            print(f"sluice_worker: {exc}", file=sys.stderr)
+            sys.exit(2)
         if args is None:  # the launcher went away without assigning us
             sys.exit(0)
     try:
