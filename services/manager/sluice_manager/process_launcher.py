@@ -168,7 +168,13 @@ class ProcessLauncher:
         with self._standby_lock:
             if self._standby_command is None or self._closing or self._standby is not None:
                 return
-            self._standby = self._spawn(self._standby_command, self.standby_log, stdin=subprocess.PIPE)
+            try:
+                self._standby = self._spawn(self._standby_command, self.standby_log, stdin=subprocess.PIPE)
+                return
+            except OSError as exc:  # workers then start the plain way (and report what is wrong)
+                self._standby_command = None
+                error = exc
+        log.warning("cannot start a standby worker; standbys are off", error=str(error))
 
     def _replenish_later(self) -> None:
         if self._replenish is None or self._replenish.done():

@@ -228,3 +228,14 @@ async def test_a_standby_that_cannot_start_turns_standbys_off(tmp_path: Path) ->
         assert runner._standby is None  # off for good: no restart loop
     finally:
         await runner.aclose()
+
+
+async def test_a_standby_that_cannot_be_spawned_turns_standbys_off(tmp_path: Path) -> None:
+    runner = launcher(tmp_path, Exits(), standby=[str(tmp_path / "no-such-python"), STANDBY_FLAG])
+    try:
+        await runner.prepare()  # logs a warning instead of failing the manager's startup
+        assert runner._standby is None
+        record = await runner.start(WorkerSpec("m", "1.0", "9013"))
+        assert record.marker == ""
+    finally:
+        await runner.aclose()
