@@ -24,6 +24,7 @@ from sluice.envelope import FIELD, Job, Reply, decode_job, encode_reply
 from sluice.errors import ErrorCode
 from sluice.records import WorkerRecord, WorkerStatus
 from sluice.redis_client import connect
+from sluice.tasks import cancel_and_wait
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
 Script = Callable[[Job], AsyncIterator[Reply]]
@@ -121,9 +122,9 @@ class Responder:
     async def stop(self) -> None:
         for task in [self._loop_task, *self._job_tasks]:
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, RedisError):
-                    await task
+                # redis-py can turn a cancellation inside XREADGROUP into a RedisError the read loop
+                # survives: cancel until the task is done.
+                await cancel_and_wait(task)
         with contextlib.suppress(RedisError):
             await self.redis.hdel(keys.workers(self.model, self.version), self.worker_id)
             await self.redis.delete(keys.heartbeat(self.model, self.version, self.worker_id))
