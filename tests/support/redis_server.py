@@ -13,9 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import redis
-
-MAX_SOCKET_PATH = 100
-
+from sluice_cli.runtime import MAX_SOCKET_PATH
 
 # Ports are chosen below Linux's ephemeral range (32768-60999): a port the kernel may give any
 # outgoing connection between our choice and the server's bind was seen to collide in CI.

@@ -9,7 +9,6 @@ in Redis that the reconcile loop applies: a synchronous call then waits until th
 """
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from sluice import keys, names, registry
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.log import get_logger
 from sluice.records import VersionRecord, VersionState, event
+from sluice.tasks import cancel_and_wait
 
 from sluice_manager.describe_job import DescribeJobs
 from sluice_manager.fetch import URL_REQUIRED
@@ -262,9 +262,8 @@ class ManagementService:
 
     async def aclose(self) -> None:
         for task in list(self._background):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            # Looping tasks: redis-py can turn a cancellation into an error they carry on after.
+            await cancel_and_wait(task)
 
     async def _resolve(self, model: str, version: str) -> str:
         names.check_model_name(model)

@@ -8,7 +8,6 @@ Seams for token authorization and the model-API switch: ``grpc_interceptors`` an
 """
 
 import asyncio
-import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from aiohttp import web
 from sluice.log import get_logger
+from sluice.tasks import cancel_and_wait
 
 from sluice_manager.describe_job import DescribeJobs
 from sluice_manager.events import wake_on_events
@@ -122,8 +122,6 @@ class ManagementApi:
             if isinstance(outcome, Exception):
                 log.warning("management server did not stop cleanly", error=repr(outcome))
         await self.service.aclose()
-        for task in self._background:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        for task in list(self._background):
+            await cancel_and_wait(task)
         await self.task_worker.stop()
