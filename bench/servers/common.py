@@ -2,6 +2,7 @@
 readiness polling (gRPC ``Ping``) and the start timing."""
 
 import json
+import random
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -15,6 +16,9 @@ import psutil
 from bench.payloads import PING_METHOD, PREDICTIONS_METHOD
 
 LOOPBACK = "127.0.0.1"
+# Below Linux's ephemeral range (32768-60999) and the tests' 20000-32767.
+PORT_RANGE = (10000, 20000)
+_PORT_TRIES = 200
 
 
 @dataclass(frozen=True)
@@ -27,19 +31,24 @@ class Ports:
     redis: int
 
     @classmethod
-    def free(cls) -> "Ports":
-        """Six distinct free loopback ports (held open together while chosen)."""
-        sockets = []
-        try:
-            for _ in range(6):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sock.bind((LOOPBACK, 0))
-                sockets.append(sock)
-            numbers = [sock.getsockname()[1] for sock in sockets]
-        finally:
-            for sock in sockets:
-                sock.close()
-        return cls(*numbers)
+    def free(cls, rng: random.Random | None = None) -> "Ports":
+        """Six distinct loopback ports, free when chosen, drawn from ``PORT_RANGE``.
+
+        Ports the kernel hands out for ``bind(0)`` come from the ephemeral range, which every
+        outgoing connection (the load generator's, the JVM's, Redis clients') also draws from: a
+        port chosen that way and released before the server binds it can be taken in between.
+        Below the ephemeral range (and apart from the tests' range) nothing else takes them."""
+        rng = rng or random.Random()
+        chosen: list[int] = []
+        for _ in range(_PORT_TRIES):
+            if len(chosen) == 6:
+                break
+            port = rng.randrange(*PORT_RANGE)
+            if port not in chosen and _bindable(port):
+                chosen.append(port)
+        if len(chosen) < 6:
+            raise RuntimeError(f"no six free loopback ports in {PORT_RANGE[0]}-{PORT_RANGE[1] - 1}")
+        return cls(*chosen)
 
     @property
     def grpc_target(self) -> str:
@@ -104,6 +113,15 @@ def predict_ok(target: str, request: bytes, timeout_s: float = 5.0) -> bool:
         try:
             call(request, timeout=timeout_s)
         except grpc.RpcError:
+            return False
+    return True
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
             return False
     return True
 
