@@ -4,6 +4,7 @@ report and plots. Every cell is bounded in time; a failing cell or server start 
 record and the run goes on."""
 
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -21,15 +22,13 @@ import grpc
 
 from bench import collectors, h2load, loadgen, models, profiling, tools
 from bench.cells import of_kind
+from bench.drive import drive
 from bench.matrix import Group, LoadCell, Plan
 from bench.models import Variant
 from bench.payloads import (
-    MODEL_INFER_METHOD,
     PREDICTIONS_METHOD,
-    REST_CONTENT_TYPE,
     STREAM_PREDICTIONS_METHOD,
     Payloads,
-    grpc_frame,
     predictions_request,
 )
 from bench.results import ResultsWriter
@@ -76,11 +75,11 @@ class Runner:
         servers = ["sluice", *(["torchserve"] if self.plan.with_torchserve else [])]
         for server in servers:
             if self.plan.cold_start_reps:
-                self._step(f"{server} cold start", lambda s=server: self.cold_start(s))
+                self._step(f"{server} cold start", functools.partial(self.cold_start, server))
             if self.plan.register_reps:
-                self._step(f"{server} register", lambda s=server: self.register(s))
+                self._step(f"{server} register", functools.partial(self.register, server))
         for group in self.plan.groups:
-            self._step(f"{group.server} group {group.label}", lambda g=group: self.run_group(g))
+            self._step(f"{group.server} group {group.label}", functools.partial(self.run_group, group))
         self.writer.write(self._environment("end"))
         self.writer.close()
         return self.writer.records
@@ -340,7 +339,7 @@ class Runner:
         monitor = collectors.ResourceMonitor(server.processes).start()
         children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
-            measured = self._load(server, cell)
+            measured = drive(server.ports, cell, self.payloads[cell.model], self.work_dir)
         except Exception as exc:
             monitor.stop()
             self.writer.write(
@@ -364,89 +363,6 @@ class Runner:
             f"p50 {measured.get('latency_ms', {}).get('p50', float('nan')):.2f} ms"
             f" errors {sum(measured.get('errors', {}).values())}"
         )
-
-    def _load(self, server: Server, cell: LoadCell) -> dict[str, Any]:
-        payloads = self.payloads[cell.model]
-        target = server.ports.grpc_target
-        common = {"concurrency": cell.concurrency, "duration_s": cell.duration_s, "warmup_s": cell.warmup_s}
-        if cell.client == "h2load":
-            return self._h2load(server, cell, payloads)
-        if cell.pin_client:
-            return self._pinned_client(server, cell, payloads)
-        if cell.api == "predictions":
-            result = loadgen.run_async(
-                loadgen.grpc_unary_load(target, PREDICTIONS_METHOD, payloads.predictions, **common)
-            )
-        elif cell.api == "kserve":
-            result = loadgen.run_async(
-                loadgen.grpc_unary_load(target, MODEL_INFER_METHOD, payloads.model_infer, **common)
-            )
-        elif cell.api == "rest":
-            url = f"{server.ports.rest_url}/predictions/{payloads.model}"
-            result = loadgen.run_async(loadgen.rest_load(url, payloads.rest, REST_CONTENT_TYPE, **common))
-        else:
-            result = loadgen.run_async(
-                loadgen.grpc_stream_load(target, STREAM_PREDICTIONS_METHOD, payloads.predictions, **common)
-            )
-        return loadgen.summarize(result)
-
-    def _h2load(self, server: Server, cell: LoadCell, payloads: Payloads) -> dict[str, Any]:
-        body = self.work_dir / f"{payloads.model}.grpc"
-        body.write_bytes(grpc_frame(payloads.predictions))
-        url = f"http://{server.ports.grpc_target}{PREDICTIONS_METHOD}"
-        result = h2load.run(
-            url, body, concurrency=cell.concurrency, duration_s=cell.duration_s, warmup_s=cell.warmup_s
-        )
-        return {
-            "requests": result.succeeded,
-            # h2load counts the measured window only; its warm-up ran at about the same rate.
-            "completed": round(result.throughput_rps * (cell.warmup_s + cell.duration_s)),
-            "throughput_rps": result.throughput_rps,
-            "errors": {"h2load failed": result.failed, "h2load errored": result.errored}
-            if result.failed or result.errored
-            else {},
-            "latency_ms": {
-                "mean": result.latency_mean_ms,
-                "min": result.latency_min_ms,
-                "max": result.latency_max_ms,
-                "sd": result.latency_sd_ms,
-            },
-            "duration_s": result.duration_s,
-        }
-
-    def _pinned_client(self, server: Server, cell: LoadCell, payloads: Payloads) -> dict[str, Any]:
-        """The Python client in its own process, pinned to the last CPU with taskset."""
-        body = self.work_dir / f"{payloads.model}.predictions"
-        body.write_bytes(payloads.predictions)
-        cpu = max(os.sched_getaffinity(0))
-        argv = [
-            "taskset",
-            "-c",
-            str(cpu),
-            sys.executable,
-            "-m",
-            "bench.loadgen_main",
-            "--target",
-            server.ports.grpc_target,
-            "--method",
-            PREDICTIONS_METHOD,
-            "--request",
-            str(body),
-            "--concurrency",
-            str(cell.concurrency),
-            "--duration-s",
-            str(cell.duration_s),
-            "--warmup-s",
-            str(cell.warmup_s),
-        ]
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=cell.duration_s + cell.warmup_s + 120, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr[-2000:])
-        loaded: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-        loaded["pinned_cpu"] = cpu
-        return loaded
 
     # ---- extras --------------------------------------------------------------------------------
     def _soak(self, server: Server, group: Group) -> None:
