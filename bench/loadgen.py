@@ -143,7 +143,8 @@ async def grpc_unary_load(
         stub = channel.unary_unary(method)
 
         def call() -> Awaitable[Any]:
-            return stub(request, timeout=timeout_s)
+            answer: Awaitable[Any] = stub(request, timeout=timeout_s)
+            return answer
 
         return await closed_loop(
             call,

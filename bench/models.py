@@ -103,7 +103,7 @@ def build_weights(kind: str, path: Path) -> Path:
         if kind == "mlp":
             module = torch.jit.script(_mlp().eval())
         elif kind == "cnn":
-            module = torch.jit.trace(_resnet18_shaped().eval(), torch.zeros(1, *SHAPES["cnn"]))
+            module = torch.jit.trace(_resnet18_shaped().eval(), torch.zeros(1, *SHAPES["cnn"]))  # type: ignore[no-untyped-call]
         else:
             raise ValueError(f"no weights for {kind!r}")
         path.parent.mkdir(parents=True, exist_ok=True)

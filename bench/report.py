@@ -60,10 +60,8 @@ def inprocess(records: list[Record]) -> list[str]:
                 (r.get("latency_ms") or {}).get("p50")
                 for r in of_kind(records, "inprocess", model=model, batch=batch)
             )
-            threads = {r.get("threads") for r in of_kind(records, "inprocess", model=model, batch=batch)}
-            rows.append(
-                [model, str(batch), limit.format(0), p50.format(3), ",".join(str(t) for t in sorted(threads))]
-            )
+            threads = {str(r.get("threads")) for r in of_kind(records, "inprocess", model=model, batch=batch)}
+            rows.append([model, str(batch), limit.format(0), p50.format(3), ",".join(sorted(threads))])
     if not rows:
         return []
     return [
@@ -98,7 +96,8 @@ def matrix(records: list[Record], cells: Cells, model: str) -> list[str]:
                 variant=variant.replace("_eager", "_fill"),
                 concurrency=concurrency,
             )
-            first = (s or t).first if (s or t) else {}
+            either = s or t
+            first = either.first if either else {}
             limit = limits[8 if first.get("batching", "off") != "off" else 1]
             rows.append(
                 [

@@ -25,7 +25,7 @@ def lifecycle(records: list[Record]) -> list[str]:
                     spread(r.get("to_ready_s") for r in cold).format(2),
                 ]
             )
-        methods = sorted({r.get("method") for r in of_kind(records, "register", server=server)})
+        methods = sorted({str(r.get("method")) for r in of_kind(records, "register", server=server)})
         for method in methods:
             chosen = of_kind(records, "register", server=server, method=method)
             rows.append(

@@ -13,7 +13,7 @@ def table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     return [*lines, ""]
 
 
-def num(value: float, digits: int = 2, unit: str = "") -> str:
+def num(value: float | None, digits: int = 2, unit: str = "") -> str:
     return (
         "\N{EN DASH}"
         if value is None or (isinstance(value, float) and math.isnan(value))

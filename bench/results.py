@@ -31,7 +31,7 @@ class ResultsWriter:
         self.records: list[dict[str, Any]] = []
 
     def write(self, record: dict[str, Any]) -> dict[str, Any]:
-        cleaned = _clean(record)
+        cleaned: dict[str, Any] = _clean(record)
         self._file.write(json.dumps(cleaned, sort_keys=True) + "\n")
         self._file.flush()
         self.records.append(cleaned)

@@ -15,6 +15,7 @@ latency; a request may set ``messages`` and ``gap_ms`` inputs to override the mo
 import json
 import struct
 import time
+from typing import Any
 
 import torch
 from ts.handler_utils.utils import send_intermediate_predict_response
@@ -24,21 +25,22 @@ STAMP = struct.Struct("<qi")
 KSERVE_OUTPUT = "OUTPUT__0"
 
 
-class BenchHandler(BaseHandler):
-    def initialize(self, context):
+class BenchHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type information
+    def initialize(self, context: Any) -> None:
         super().initialize(context)
         settings = (context.model_yaml_config or {}).get("handler") or {}
         self.input_shape = tuple(int(dim) for dim in settings.get("input_shape", [64]))
         self.stream_messages = int(settings.get("stream_messages", 0))
         self.stream_gap_s = float(settings.get("stream_gap_ms", 0)) / 1000.0
-        self.forms = []
+        self.forms: list[str] = []
 
-    def handle(self, data, context):
+    def handle(self, data: list[dict[str, Any]], context: Any) -> list[Any]:
         if self.stream_messages:
             return self._stream(data, context)
-        return super().handle(data, context)
+        answers: list[Any] = super().handle(data, context)
+        return answers
 
-    def preprocess(self, data):
+    def preprocess(self, data: list[dict[str, Any]]) -> torch.Tensor:
         tensors = []
         self.forms = []
         for row in data:
@@ -60,10 +62,10 @@ class BenchHandler(BaseHandler):
                 tensors.append(torch.frombuffer(buffer, dtype=torch.float32).reshape(self.input_shape))
         return torch.stack(tensors)
 
-    def postprocess(self, data):
+    def postprocess(self, data: torch.Tensor) -> list[Any]:
         return [self._answer(form, row) for form, row in zip(self.forms, data, strict=True)]
 
-    def _answer(self, form, row):
+    def _answer(self, form: str, row: torch.Tensor) -> Any:
         if form == "tensor":
             return {KSERVE_OUTPUT: row.unsqueeze(0)}
         if form == "oip":
@@ -76,7 +78,7 @@ class BenchHandler(BaseHandler):
             return {"outputs": [output]}
         return row.contiguous().numpy().tobytes()
 
-    def _stream(self, data, context):
+    def _stream(self, data: list[dict[str, Any]], context: Any) -> list[bytes]:
         messages, gap_s = self.stream_messages, self.stream_gap_s
         first = data[0] if data else {}
         if "messages" in first:

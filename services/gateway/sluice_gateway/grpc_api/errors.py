@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 from google.protobuf import any_pb2
-from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2, status_pb2
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.status_map import grpc_details, grpc_status
