@@ -38,7 +38,7 @@ LINTED := services tests scripts bench docker
 lint: install
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
-	$(VENV)/bin/mypy services
+	$(VENV)/bin/mypy $(LINTED)
 	$(PY) scripts/check_boundaries.py
 
 fmt: install

@@ -21,6 +21,7 @@ from tests.support.redis_server import RedisServer
 from tests.support.token_matrix import (
     AUTH_FAILED,
     REFUSED_CODES,
+    Method,
     call_raw,
     granted,
     methods_of,
@@ -64,8 +65,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     server.start()
     # The services' own defaults: token authorization on, model API off (the protocol stacks switch
     # tokens off; undo that).
-    defaults = {"disable_token_authorization": "false", "enable_model_api": "false"}
-    manager = management_stack.start_manager(server.url, root, **defaults)
+    manager = management_stack.start_manager(
+        server.url, root, disable_token_authorization="false", enable_model_api="false"
+    )
     gateway, port = stack.start_gateway(server.url, root / "logs", disable_token_authorization="false")
     try:
         keyset = read_key_file(root / "key_file.json")
@@ -83,7 +85,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         server.kill()
 
 
-def _methods(served: Stack) -> list[object]:
+def _methods(served: Stack) -> list[Method]:
     inference_pb2 = served.inference.inference__pb2  # the generated grpc module keeps its pb2 here
     return methods_of(
         [
@@ -100,7 +102,7 @@ async def test_every_torchserve_rpc_refuses_calls_without_the_inference_key(serv
     async with grpc.aio.insecure_channel(served.target) as channel:
         for presentation in refused_presentations(served.keyset, KeyKind.INFERENCE):
             for method in methods:
-                code, details = await call_raw(channel, method, presentation.metadata)  # type: ignore[arg-type]
+                code, details = await call_raw(channel, method, presentation.metadata)
                 if (code, details) != (grpc.StatusCode.PERMISSION_DENIED, AUTH_FAILED):
                     failures.append((presentation.name, method, code, details))
     assert failures == []
@@ -110,7 +112,7 @@ async def test_every_torchserve_rpc_accepts_the_inference_key(served: Stack) -> 
     right = granted(served.keyset, KeyKind.INFERENCE)
     async with grpc.aio.insecure_channel(served.target) as channel:
         for method in _methods(served):
-            code, details = await call_raw(channel, method, right.metadata, timeout_s=3)  # type: ignore[arg-type]
+            code, details = await call_raw(channel, method, right.metadata, timeout_s=3)
             assert code not in REFUSED_CODES, (method, code, details)
 
 
@@ -127,7 +129,7 @@ def test_torchserve_client_ping_with_and_without_the_key(served: Stack) -> None:
         assert '"status": "Healthy"' in reply.health
 
 
-def _management_methods(served: Stack) -> list[object]:
+def _management_methods(served: Stack) -> list[Method]:
     return methods_of(
         [served.management.management__pb2.DESCRIPTOR.services_by_name["ManagementAPIsService"]]
     )
@@ -138,7 +140,7 @@ async def test_every_management_rpc_refuses_calls_without_the_management_key(ser
     async with grpc.aio.insecure_channel(served.manager_target) as channel:
         for presentation in refused_presentations(served.keyset, KeyKind.MANAGEMENT):
             for method in _management_methods(served):
-                code, details = await call_raw(channel, method, presentation.metadata)  # type: ignore[arg-type]
+                code, details = await call_raw(channel, method, presentation.metadata)
                 if (code, details) != (grpc.StatusCode.PERMISSION_DENIED, AUTH_FAILED):
                     failures.append((presentation.name, method, code, details))
     assert failures == []

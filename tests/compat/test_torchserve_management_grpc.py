@@ -87,11 +87,11 @@ def clients(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clients]:
 
 
 def details(error: grpc.RpcError) -> str:
-    return str(error.details())  # type: ignore[attr-defined]
+    return str(error.details())
 
 
 def code(error: grpc.RpcError) -> grpc.StatusCode:
-    return error.code()  # type: ignore[attr-defined, no-any-return]
+    return error.code()
 
 
 def test_list_models_with_an_empty_request(clients: Clients) -> None:

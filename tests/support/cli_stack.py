@@ -10,9 +10,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import redis
 from sluice_cli.runtime import RuntimeDir
@@ -94,7 +95,7 @@ class Stack:
         """Worker id -> pid of the workers that announced themselves for a version."""
         client = self.redis()
         try:
-            raw = client.hgetall(f"sluice:{{{model}:{version}}}:workers")
+            raw = cast(dict[bytes, bytes], client.hgetall(f"sluice:{{{model}:{version}}}:workers"))
         finally:
             client.close()
         return {key.decode(): int(json.loads(value)["pid"]) for key, value in raw.items()}
@@ -109,7 +110,7 @@ class Stack:
         return Path(json.loads(record)["model_dir"])
 
     def wait_for_workers(
-        self, model: str, count: int, *, exclude: set[int] = frozenset(), timeout_s: float = 60
+        self, model: str, count: int, *, exclude: Collection[int] = frozenset(), timeout_s: float = 60
     ) -> dict[str, int]:
         """Wait until ``count`` workers (none of whose pids is in ``exclude``) are READY."""
         deadline = time.monotonic() + timeout_s

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 
 async def eventually(
-    condition: Callable[[], bool | Awaitable[bool]], timeout_s: float = 5.0, interval_s: float = 0.02
+    condition: Callable[[], object | Awaitable[object]], timeout_s: float = 5.0, interval_s: float = 0.02
 ) -> None:
     """Return once ``condition()`` is true; raise TimeoutError after ``timeout_s``."""
     async with asyncio.timeout(timeout_s):

@@ -123,6 +123,6 @@ class Stack:
 def start_stack(root: Path, redis_url: str, **manager_settings: str) -> Stack:
     store = root / "store"
     store.mkdir(parents=True, exist_ok=True)
-    manager = start_manager(redis_url, root, **manager_settings)
+    manager = start_manager(redis_url, root, grpc_port=0, rest_port=0, **manager_settings)
     gateway, port = stack.start_gateway(redis_url, root / "logs", registry_cache_ttl_s="1")
     return Stack(root, redis_url, manager, gateway, port, store)

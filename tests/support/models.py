@@ -370,7 +370,8 @@ def torchscript_mlp_model(name: str = "mlp-ts", version: str = "1.0") -> ModelSp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         # trace, not script: scripting needs the module's source file.
-        torch.jit.save(torch.jit.trace(mlp_module(), torch.zeros(1, 4)), buffer)
+        traced = torch.jit.trace(mlp_module(), torch.zeros(1, 4))  # type: ignore[no-untyped-call]
+        torch.jit.save(traced, buffer)
     return ModelSpec(
         name=name,
         handler="handler.py",

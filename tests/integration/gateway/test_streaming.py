@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from google.rpc import error_details_pb2  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2
 from sluice.envelope import Job, Reply
 from sluice.errors import ErrorCode
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest

@@ -9,6 +9,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
@@ -44,8 +45,8 @@ def managers(redis_server: RedisServer, tmp_path: Path) -> Iterator[list[Manager
 
 def launch(redis_server: RedisServer, tmp_path: Path, managers: list[Manager], **settings: str) -> Manager:
     manager = start_manager(
-        redis_server.url, tmp_path, worker_module=FAKE_WORKER, log_name=f"manager-{len(managers)}.log",
-        **settings,
+        redis_server.url, tmp_path, grpc_port=0, rest_port=0, worker_module=FAKE_WORKER,
+        log_name=f"manager-{len(managers)}.log", **settings,
     )  # fmt: skip
     managers.append(manager)
     return manager
@@ -149,7 +150,11 @@ async def test_a_killed_task_worker_is_replaced_and_operations_go_on(
 
 async def _ops(redis: "aioredis.Redis") -> list[bytes]:
     found = [key async for key in redis.scan_iter(match="sluice:manager:op:*")]
-    return [raw for key in found if not key.endswith(b":lease") and (raw := await redis.get(key))]
+    return [
+        raw
+        for key in found
+        if not key.endswith(b":lease") and (raw := cast(bytes | None, await redis.get(key)))
+    ]
 
 
 async def _no_open_ops(redis: "aioredis.Redis") -> bool:
@@ -161,5 +166,5 @@ async def _ready(redis: "aioredis.Redis", model: str, count: int) -> bool:
 
 
 async def _launched(redis: "aioredis.Redis") -> dict[str, int]:
-    raw = await redis.hgetall(keys.LAUNCHED_WORKERS)
+    raw = cast(dict[bytes, bytes], await redis.hgetall(keys.LAUNCHED_WORKERS))
     return {k.decode(): int(json.loads(v)["pid"]) for k, v in raw.items()}

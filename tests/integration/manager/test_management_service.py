@@ -11,6 +11,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
@@ -239,7 +240,8 @@ async def test_unregister_answers_queued_jobs_and_removes_every_key(api: Api) ->
         await api.redis.xadd(keys.job_stream("echo", "1.0"), {envelope.FIELD: envelope.encode_job(job)})
     await api.redis.set(keys.cancel("echo", "1.0", "job-0"), b"1", px=60_000)
     await api.service.unregister("echo", None)
-    replies = [envelope.decode_reply(f[envelope.FIELD]) for _, f in (await api.redis.xrange(reply_to))[1:]]
+    entries = cast(list[tuple[bytes, dict[bytes, bytes]]], await api.redis.xrange(reply_to))
+    replies = [envelope.decode_reply(f[envelope.FIELD]) for _, f in entries[1:]]
     assert [(r.job_id, r.final, r.error_code, r.status_code) for r in replies] == [
         (f"job-{i}", True, "MODEL_NOT_FOUND", 404) for i in range(3)
     ]
@@ -418,7 +420,8 @@ async def test_scale_to_zero_answers_the_queued_jobs(api: Api) -> None:
     reply_to = await _queue_jobs(api, "echo", 4)
     status = await api.service.scale(ScaleRequest("echo", None, 0, 0, synchronous=True))
     assert status.message == "Workers scaled to 0 for model: echo"
-    replies = [envelope.decode_reply(f[envelope.FIELD]) for _, f in (await api.redis.xrange(reply_to))[1:]]
+    entries = cast(list[tuple[bytes, dict[bytes, bytes]]], await api.redis.xrange(reply_to))
+    replies = [envelope.decode_reply(f[envelope.FIELD]) for _, f in entries[1:]]
     assert sorted(r.job_id for r in replies) == [f"echo-{i}" for i in range(4)]
     assert {(r.error_code, r.status_code) for r in replies} == {("NO_WORKER", 503)}
     assert replies[0].message.startswith('Model "echo" has no worker to serve inference request.')

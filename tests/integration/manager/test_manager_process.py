@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
@@ -164,7 +165,7 @@ async def test_a_second_manager_waits_for_the_lease(
     await asyncio.sleep(2.0)
     assert second.poll() is None
     assert len(await launched(redis_client)) == 2, "only the lease holder starts workers"
-    lease = json.loads(await redis_client.get(keys.MANAGER_LEASE))
+    lease = json.loads(cast(bytes, await redis_client.get(keys.MANAGER_LEASE)))
     assert lease["pid"] == first.pid
     first.send_signal(signal.SIGTERM)
     assert await wait_exit(first, 20) == 0

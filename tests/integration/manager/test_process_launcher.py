@@ -131,8 +131,9 @@ async def test_a_new_launcher_adopts_a_running_worker(tmp_path: Path) -> None:
         await second.stop("9003", graceful=True)
         await eventually(lambda: "9003" in second_exits.seen, timeout_s=5)
         assert second_exits.seen["9003"] is None  # not our child: no exit code
-        assert record.pid is not None
-        await eventually(lambda: not psutil.pid_exists(record.pid) or _zombie(record.pid), timeout_s=5)
+        pid = record.pid
+        assert pid is not None
+        await eventually(lambda: not psutil.pid_exists(pid) or _zombie(pid), timeout_s=5)
     finally:
         await second.aclose()
         _reap_if_ours(first)

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+from typing import cast
 
 import psutil
 import redis.asyncio as aioredis
@@ -107,7 +108,7 @@ async def test_failed_loads_back_off(redis_client: "aioredis.Redis", start_harne
     await eventually(lambda: _count_starts(redis_client, 4), timeout_s=15)
     await asyncio.sleep(1.0)
     assert len(await starts(redis_client)) <= 5
-    streak = json.loads(await redis_client.hget(keys.RESTARTS, "m:1.0"))
+    streak = json.loads(cast(bytes, await redis_client.hget(keys.RESTARTS, "m:1.0")))
     assert streak["failures"] >= 3
 
 

@@ -80,7 +80,7 @@ async def http(module_redis: RedisServer, workers: None) -> AsyncIterator[aiohtt
     await gateway.start()
     try:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{gateway.rest_port}") as session:
-            session.metrics_port = gateway.metrics_port  # type: ignore[attr-defined]
+            session.metrics_port = gateway.metrics_port
             yield session
     finally:
         await gateway.stop(grace_s=0)

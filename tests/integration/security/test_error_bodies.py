@@ -2,7 +2,6 @@
 component fails unexpectedly with all of those in its exception."""
 
 import re
-from collections.abc import Iterator
 
 import aiohttp
 import grpc
@@ -23,7 +22,7 @@ def assert_clean(text: str) -> None:
 
 
 @pytest.fixture
-def broken_internals(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def broken_internals(monkeypatch: pytest.MonkeyPatch) -> None:
     async def explode(*args: object, **kwargs: object) -> bool:
         raise RuntimeError(SECRET)
 

@@ -5,12 +5,14 @@ import json
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import aiohttp
 import grpc
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from sluice.auth_http import management_scope, token_middleware
 from sluice.auth_keys import KeyKind, KeySet, digest, read_key_file
 from sluice.auth_store import TokenStore, TokenVerifier
@@ -36,7 +38,7 @@ async def test_prepare_writes_a_0600_key_file_and_only_digests_to_redis(
     document = json.loads(path.read_text())
     assert set(document) == {"management", "inference", "API"}
     assert document["inference"]["key"] == keyset.inference.value
-    stored = await redis_client.hgetall("sluice:auth:keys")
+    stored = cast(dict[bytes, bytes], await redis_client.hgetall("sluice:auth:keys"))
     dumped = b" ".join([*stored.keys(), *stored.values()])
     for kind in KeyKind:
         assert keyset.get(kind).value.encode() not in dumped  # never the plaintext
@@ -83,7 +85,10 @@ async def manager_rest(
                 {"status": error.http_status, "message": error.message}, status=error.http_status
             )
 
-    app = web.Application(middlewares=[errors, token_middleware(verifier, management_scope, "torchserve")])
+    # token_middleware is declared as a plain Callable; the function it returns has aiohttp's named
+    # (request, handler) parameters, which aiohttp's Middleware protocol asks for.
+    check_tokens = cast(Middleware, token_middleware(verifier, management_scope, "torchserve"))
+    app = web.Application(middlewares=[errors, check_tokens])
     app.add_routes(TokenRoutes(keys).routes())
     runner = web.AppRunner(app)
     await runner.setup()

@@ -6,6 +6,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
@@ -19,7 +20,7 @@ from tests.support.redis_server import RedisServer
 
 
 async def _records(client: "aioredis.Redis", model: str) -> dict[str, WorkerRecord]:
-    raw = await client.hgetall(keys.workers(model, "1.0"))
+    raw = cast(dict[bytes, bytes], await client.hgetall(keys.workers(model, "1.0")))
     return {key.decode(): WorkerRecord.from_json(value) for key, value in raw.items()}
 
 
@@ -146,7 +147,9 @@ async def test_a_job_past_max_deliveries_is_dead_lettered(
     (ran,) = got[second_chance.job_id]
     assert (ran.error_code, prediction(ran), ran.attempt) == ("", b"again", 2)
 
-    (letter,) = await client.xrange(keys.dead_letters(model, "1.0"))
+    (letter,) = cast(
+        list[tuple[bytes, dict[bytes, bytes]]], await client.xrange(keys.dead_letters(model, "1.0"))
+    )
     fields = letter[1]
     assert envelope.decode_job(fields[envelope.FIELD]).job_id == poison.job_id
     assert (fields[b"reason"], fields[b"deliveries"]) == (b"max deliveries exceeded", b"3")

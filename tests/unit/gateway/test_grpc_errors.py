@@ -5,7 +5,7 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 from sluice_gateway.grpc_api import errors

@@ -1,5 +1,7 @@
 """Framing of worker-built ModelInferResponse bytes without parsing them."""
 
+from typing import Any
+
 import pytest
 from sluice.v1 import kserve_pb2 as pb
 from sluice_gateway.grpc_api.kserve_wire import (
@@ -11,7 +13,7 @@ from sluice_gateway.grpc_api.kserve_wire import (
 )
 
 
-def _response(**kw: object) -> bytes:
+def _response(**kw: Any) -> bytes:
     return pb.ModelInferResponse(id="r1", model_name="m", model_version="1", **kw).SerializeToString()
 
 

@@ -2,6 +2,7 @@
 gRPC converter so the rules are checked on what clients actually send."""
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ TYPED_DATATYPES = [name for name, d in DATATYPES.items() if d.contents_field is 
 FIXED_SIZE = [name for name, d in DATATYPES.items() if d.byte_size]
 
 
-def _request(*inputs: Input, raw: list[bytes] | None = None, outputs: list[str] = (), **kw: Any) -> Any:
+def _request(*inputs: Input, raw: list[bytes] | None = None, outputs: Sequence[str] = (), **kw: Any) -> Any:
     message = pb.ModelInferRequest(
         model_name="m",
         inputs=list(inputs),

@@ -20,7 +20,10 @@ DEFAULTS = ServerDefaults()
 
 def contents(yaml: dict[str, Any] | None = None, **model: Any) -> ArchiveContents:
     fields = {"model_name": "m", "model_version": "1.0", "handler": "h.py", **model}
-    return ArchiveContents(Manifest(model=ManifestModel(**fields)), yaml or {})
+    # mypy does not see the positional default in Manifest's Field(None, alias=...) fields and takes
+    # createdOn / archiverVersion for required arguments.
+    manifest = Manifest(model=ManifestModel(**fields))  # type: ignore[call-arg]
+    return ArchiveContents(manifest, yaml or {})
 
 
 def record(
@@ -116,10 +119,12 @@ def test_timeouts_yaml_then_models_json_then_explicit_then_default(
     option: str,
     default_field: str,
 ) -> None:
-    options = RegisterOptions(url="m.mar", **{option: explicit})
+    explicit_option: dict[str, Any] = {option: explicit}
+    options = RegisterOptions(url="m.mar", **explicit_option)
     yaml_conf = {} if yaml is None else {key: yaml}
     models_json = json_for() if json_value is None else json_for(**{key: json_value})
-    defaults = ServerDefaults(**{default_field: 77})
+    default_setting: dict[str, Any] = {default_field: 77}
+    defaults = ServerDefaults(**default_setting)
     assert getattr(record(options, yaml_conf, models_json, defaults), field) == expected
 
 
