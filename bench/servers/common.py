@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import grpc
 import psutil
+from sluice_cli.services import port_in_use
 
 from bench.payloads import PING_METHOD, PREDICTIONS_METHOD
 
@@ -44,7 +45,7 @@ class Ports:
             if len(chosen) == 6:
                 break
             port = rng.randrange(*PORT_RANGE)
-            if port not in chosen and _bindable(port):
+            if port not in chosen and not port_in_use(LOOPBACK, port):
                 chosen.append(port)
         if len(chosen) < 6:
             raise RuntimeError(f"no six free loopback ports in {PORT_RANGE[0]}-{PORT_RANGE[1] - 1}")
@@ -113,15 +114,6 @@ def predict_ok(target: str, request: bytes, timeout_s: float = 5.0) -> bool:
         try:
             call(request, timeout=timeout_s)
         except grpc.RpcError:
-            return False
-    return True
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
             return False
     return True
 
