@@ -18,9 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from bench import collectors, h2load, loadgen, models, profiling, tools
+from bench import collectors, h2load, loadgen, models, profiling, registration, tools
 from bench.cells import of_kind
 from bench.drive import drive
 from bench.matrix import Group, LoadCell, Plan
@@ -31,14 +29,12 @@ from bench.payloads import (
     Payloads,
     predictions_request,
 )
+from bench.registration import REGISTER_MODEL
 from bench.results import ResultsWriter
 from bench.servers.common import Server
 from bench.servers.sluice import SluiceServer
 from bench.servers.torchserve import TorchServeServer
 from bench.stats import spread
-
-REGISTER_MODEL = "mlp_b1_w1"
-MANAGEMENT_SERVICE = "/org.pytorch.serve.grpc.management.ManagementAPIsService"
 
 
 def log(message: str) -> None:
@@ -212,8 +208,10 @@ class Runner:
                             "to_ready_s": timing.to_first_prediction_s - cold.median,
                         }
                     )
-                seconds = self._register_via_api(server, probe)
-                if seconds is not None:
+                seconds = registration.time_grpc_register(server, REGISTER_MODEL, probe)
+                if seconds is None:
+                    log(f"{server.name}: no gRPC management API")
+                else:
                     self.writer.write(
                         {
                             "kind": "register",
@@ -223,37 +221,6 @@ class Runner:
                             "to_ready_s": seconds,
                         }
                     )
-
-    def _register_via_api(self, server: Server, probe: bytes) -> float | None:
-        """Unregister the model, then time RegisterModel(synchronous, 1 worker) until it predicts;
-        None when the server has no gRPC management API."""
-        from sluice.v1 import torchserve_management_pb2 as mgmt
-
-        from bench.servers.common import predict_ok, wait_until
-
-        target = f"127.0.0.1:{server.ports.grpc_management}"
-        with grpc.insecure_channel(target) as channel:
-            unregister = channel.unary_unary(f"{MANAGEMENT_SERVICE}/UnregisterModel")
-            register = channel.unary_unary(f"{MANAGEMENT_SERVICE}/RegisterModel")
-            try:
-                unregister(
-                    mgmt.UnregisterModelRequest(model_name=REGISTER_MODEL).SerializeToString(), timeout=120
-                )
-            except grpc.RpcError as exc:
-                log(f"{server.name}: no gRPC management API ({exc.code().name})")
-                return None
-            wait_until(
-                lambda: not predict_ok(server.ports.grpc_target, probe, 1.0), timeout_s=60, interval_s=0.05
-            )
-            request = mgmt.RegisterModelRequest(
-                url=f"{REGISTER_MODEL}.mar", initial_workers=1, synchronous=True
-            )
-            started = time.perf_counter()
-            register(request.SerializeToString(), timeout=300)
-            wait_until(
-                lambda: predict_ok(server.ports.grpc_target, probe, 1.0), timeout_s=300, interval_s=0.01
-            )
-            return time.perf_counter() - started
 
     # ---- groups --------------------------------------------------------------------------------
     def run_group(self, group: Group) -> None:
