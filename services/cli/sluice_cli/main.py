@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
+from sluice.settings import describe_error
 
 from sluice_cli import output
 from sluice_cli.services import StartOptions
@@ -96,13 +97,12 @@ def _main(argv: Sequence[str] | None) -> int:
         output.info("note: TorchServe's log4j/plugin/workflow flags are ignored by Sluice")
     ts_config = _ts_config(getattr(args, "ts_config", None))
     if ts_config is not None:
-        # Read by the settings below (PropertiesSource) and inherited by the services.
+        # Read by the settings below (as their ts_config) and inherited by the services.
         os.environ["SLUICE_TS_CONFIG"] = str(ts_config)
     try:
         settings = _settings(args)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        output.error(f"invalid setting {'.'.join(str(p) for p in error['loc'])}: {error['msg']}")
+        output.error(describe_error(exc))
         return 2
     if args.command == "stop":
         return stop(settings)

@@ -1,4 +1,4 @@
-"""``python -m sluice_manager``: settings from SLUICE_* env and config.properties, then run."""
+"""``python -m sluice_manager``: settings from flags, SLUICE_* env and config.properties, then run."""
 
 import asyncio
 import os
@@ -6,6 +6,7 @@ import sys
 
 from pydantic import ValidationError
 from sluice.log import configure_logging, get_logger
+from sluice.settings import describe_error
 
 from sluice_manager.app import ConfigError, Manager
 from sluice_manager.settings import ManagerSettings
@@ -13,11 +14,9 @@ from sluice_manager.settings import ManagerSettings
 
 def main() -> int:
     try:
-        settings = ManagerSettings()
+        settings = ManagerSettings.from_command_line(sys.argv[1:], prog="python -m sluice_manager")
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        print(f"sluice manager: invalid setting {where}: {error['msg']}", file=sys.stderr)
+        print(f"sluice manager: {describe_error(exc)}", file=sys.stderr)
         return 2
     configure_logging("manager", settings.log_format, settings.log_level)
     log = get_logger("sluice_manager")

@@ -11,6 +11,7 @@ import sys
 from pydantic import ValidationError
 from sluice.log import configure_logging, get_logger
 from sluice.redis_client import connect
+from sluice.settings import describe_error
 
 from sluice_manager.archives import ExtractionLimits
 from sluice_manager.fetch import settings_download
@@ -99,7 +100,7 @@ def main() -> int:
     try:
         settings = ManagerSettings()
     except ValidationError as exc:
-        print(f"sluice manager tasks: invalid settings: {exc.errors()[0]['msg']}", file=sys.stderr)
+        print(f"sluice manager tasks: {describe_error(exc)}", file=sys.stderr)
         return 2
     configure_logging("manager-tasks", settings.log_format, settings.log_level)
     app = celery_app(settings.redis_url, visibility_timeout_s=settings.task_visibility_timeout_s)

@@ -99,17 +99,19 @@ async def test_reflection_is_off_by_default(channel: grpc.aio.Channel) -> None:
 
 async def test_main_serves_and_exits_zero_on_sigterm(redis_server: RedisServer, tmp_path: Path) -> None:
     port = free_port()
-    env = {
-        **os.environ,
-        "SLUICE_REDIS_URL": redis_server.url,
-        "SLUICE_GRPC_INFERENCE_PORT": str(port),
-        "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("services/shared", "services/gateway")),
-    }
-    env.pop("TS_CONFIG_FILE", None)
+    # The environment and flags both reach the settings.
+    env = {**_gateway_env(), "SLUICE_REDIS_URL": redis_server.url}
+    flags = [
+        f"--grpc-inference-port={port}",
+        "--inference-address",
+        f"http://127.0.0.1:{free_port()}",
+        "--metrics_address",
+        f"http://127.0.0.1:{free_port()}",
+    ]
     log_path = tmp_path / "gateway.log"
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "sluice_gateway", env=env, stderr=log, stdout=log
+            sys.executable, "-m", "sluice_gateway", *flags, env=env, stderr=log, stdout=log
         )
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -126,3 +128,28 @@ async def test_main_serves_and_exits_zero_on_sigterm(redis_server: RedisServer, 
     output = log_path.read_text()
     assert "gateway listening" in output
     assert str(port) in output
+
+
+async def test_main_refuses_an_invalid_setting_with_one_line() -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "sluice_gateway",
+        "--grpc-inference-port",
+        "70000",
+        env=_gateway_env(),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(30):
+        _, stderr = await process.communicate()
+    assert process.returncode == 2
+    assert stderr.decode().startswith("sluice gateway: invalid setting grpc_inference_port: ")
+
+
+def _gateway_env() -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("services/shared", "services/gateway")),
+    }
+    env.pop("TS_CONFIG_FILE", None)
+    return env
