@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -60,6 +61,9 @@ class Runner:
 
     # ---- the run -------------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]]:
+        # The previous run's server folders (homes, logs) go: a full run leaves ~3 GB there, most of
+        # it TorchServe's log. This run's stay for a look afterwards.
+        shutil.rmtree(self.work_dir / "servers", ignore_errors=True)
         self.writer.write(self._environment("start"))
         log(f"building archives into {self.store}")
         built = models.build_archives(self.plan.variants(), self.store, self.weights)
