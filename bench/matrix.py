@@ -24,7 +24,7 @@ class LoadCell:
     duration_s: float
     warmup_s: float
     client: str = "python"
-    # matrix | protocols | h2load | queue_depth | idle_models | profile | pinning
+    # matrix | protocols | h2load | queue_depth | idle_models | profile | pinning | paired
     section: str = "matrix"
     pin_client: bool = False
 
@@ -44,6 +44,8 @@ class Group:
     idle_models: int = 0
     soak_s: float = 0.0
     held_streams: int = 0
+    # (round, cell), run once after the repetitions, in this order.
+    paired: tuple[tuple[int, LoadCell], ...] = ()
 
     @property
     def models(self) -> list[str]:
@@ -144,6 +146,27 @@ class Sizes:
     mlp_variants: tuple[Variant, ...] = field(default_factory=tuple)
     cnn_variants: tuple[Variant, ...] = field(default_factory=tuple)
     inprocess_s: float = 3.0
+    # Rounds of the paired C=1 comparison of batching off and the eager policy (0: none).
+    paired_rounds: int = 0
+
+
+def paired_low_load(
+    off: Variant, eager: Variant, rounds: int, duration_s: float, warmup_s: float
+) -> tuple[tuple[int, LoadCell], ...]:
+    """C=1 on batching off and on eager, alternating A B, B A, ... on one server start.
+
+    The matrix's C=1 cells of two archives lie minutes apart and are answered by different worker
+    processes; over a full run that spread (1.4 to 2.8 ms for one archive) swamps a 10% goal. Short
+    alternating rounds put the same drift on both, and the verdict takes the median of each.
+    """
+    cells: list[tuple[int, LoadCell]] = []
+    for round_ in range(rounds):
+        order = (off, eager) if round_ % 2 == 0 else (eager, off)
+        cells += [
+            (round_, LoadCell("predictions", v.name, 1, duration_s, warmup_s, section="paired"))
+            for v in order
+        ]
+    return tuple(cells)
 
 
 def _mlp_group(server: str, sizes: Sizes) -> Group:
@@ -176,12 +199,15 @@ def _mlp_group(server: str, sizes: Sizes) -> Group:
                     "predictions", batched[-1].name, top, seconds, warm, section="pinning", pin_client=pinned
                 )
             )
+    eager = [v for v in batched if v.batching == "eager"]
+    paired = paired_low_load(base, eager[0], sizes.paired_rounds, seconds, warm) if eager else ()
     return Group(
         server,
         "mlp",
         tuple(variants),
         tuple(cells),
         warmup_s=sizes.ts_warmup_s if server == "torchserve" else 0.0,
+        paired=paired,
         # Without the idle-model groups, the Redis soak runs on the mlp start.
         soak_s=sizes.soak_s if server == "sluice" and not sizes.idle_models else 0.0,
     )
@@ -286,6 +312,7 @@ FULL = Sizes(
     ),
     cnn_variants=(cnn(1, 1), cnn(8, 1, "fill"), cnn(8, 1, "eager"), cnn(1, 2), cnn(8, 2, "fill")),
     inprocess_s=3.0,
+    paired_rounds=8,
 )
 
 QUICK = Sizes(
@@ -309,6 +336,7 @@ QUICK = Sizes(
     mlp_variants=(mlp(1, 1), mlp(8, 1, "fill"), mlp(8, 1, "eager")),
     cnn_variants=(cnn(8, 1, "fill"),),
     inprocess_s=1.0,
+    paired_rounds=4,
 )
 
 SMOKE = Sizes(
@@ -332,6 +360,7 @@ SMOKE = Sizes(
     mlp_variants=(mlp(1, 1), mlp(8, 1, "eager")),
     cnn_variants=(),
     inprocess_s=0.3,
+    paired_rounds=1,
 )
 
 
@@ -361,6 +390,7 @@ def plan(name: str) -> Plan:
             tuple(c for g in built.groups for c in g.cells),
             soak_s=sizes.soak_s,
             held_streams=sizes.held_streams,
+            paired=tuple(p for g in built.groups for p in g.paired),
         )
         built = replace(built, groups=(merged,), inprocess=(("mlp", (1,), sizes.inprocess_s),))
     return built

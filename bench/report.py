@@ -190,6 +190,31 @@ def protocols(cells: Cells) -> list[str]:
     ]
 
 
+def paired(cells: Cells) -> list[str]:
+    rows = [
+        [
+            cell.key.variant,
+            str(len(cell.records)),
+            fmt(cell.latency(), 2) + error_mark(cell),
+            ", ".join(
+                num((r.get("latency_ms") or {}).get("p50"), 2)
+                for r in sorted(cell.records, key=lambda r: int(r.get("rep", 0)))
+            ),
+        ]
+        for cell in cells.select(section="paired", server="sluice")
+    ]
+    if not rows:
+        return []
+    return [
+        "## Batching at low load: paired C=1 rounds",
+        "",
+        "Batching off and the eager policy alternate (A B, B A, ...) on one server start, so drift "
+        "and background work fall on both alike; the eager target compares these medians.",
+        "",
+        *table(["archive", "rounds", "p50 ms", "p50 ms by round"], rows),
+    ]
+
+
 def native(cells: Cells) -> list[str]:
     rows = []
     for cell in cells.select(section="h2load", server="sluice") + cells.select(
@@ -291,6 +316,7 @@ def render(records: list[Record], plots: list[str] | None = None) -> str:
     lines += inprocess(records)
     for model in ("mlp", "cnn"):
         lines += matrix(records, cells, model)
+    lines += paired(cells)
     lines += native(cells)
     lines += protocols(cells)
     lines += streaming(records, cells)

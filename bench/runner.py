@@ -258,11 +258,11 @@ class Runner:
             )
             if group.warmup_s:
                 self._warm_up(server, group)
-            for rep in range(self.plan.reps):
-                for cell in group.cells:
-                    if time.monotonic() > self._deadline:
-                        raise RuntimeError("the run's time bound passed")
-                    self._cell(server, group, cell, rep)
+            repeated = [(rep, cell) for rep in range(self.plan.reps) for cell in group.cells]
+            for rep, cell in [*repeated, *group.paired]:
+                if time.monotonic() > self._deadline:
+                    raise RuntimeError("the run's time bound passed")
+                self._cell(server, group, cell, rep)
             if group.soak_s:
                 self._soak(server, group)
             if group.held_streams and isinstance(server, SluiceServer):

@@ -28,6 +28,12 @@ def test_bench_smoke_runs_a_tiny_matrix_against_sluice(tmp_path: Path) -> None:
             assert cell.throughput().median > 0
             assert math.isfinite(cell.latency("p99").median)
             assert cell.first["cpu_ms_per_req"]["gateway"] > 0
+    for variant in ("mlp_b1_w1", "mlp_b8_w1_eager"):
+        paired = cells.get(
+            section="paired", server="sluice", api="predictions", variant=variant, concurrency=1
+        )
+        assert paired is not None, variant
+        assert paired.errors() == 0, variant
     stream = cells.get(server="sluice", api="stream", variant="stream", concurrency=1)
     assert stream is not None
     assert stream.errors() == 0
@@ -46,5 +52,6 @@ def test_bench_smoke_runs_a_tiny_matrix_against_sluice(tmp_path: Path) -> None:
     text = report.write(out).read_text()
     assert "## Targets" in text
     assert "## mlp 64" in text
+    assert "## Batching at low load: paired C=1 rounds" in text
     assert (out / "plots" / "throughput_vs_concurrency_mlp.png").stat().st_size > 1000
     assert not [r for r in of_kind(records, "error") if r.get("step") != "load cell"]

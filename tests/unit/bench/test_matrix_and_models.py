@@ -67,3 +67,21 @@ def test_smoke_plan_is_small_and_sluice_only() -> None:
     assert all(c.client == "python" for g in plan.groups for c in g.cells)
     seconds = sum(c.duration_s + c.warmup_s for g in plan.groups for c in g.cells)
     assert seconds < 20
+
+
+def test_paired_rounds_alternate_batching_off_and_eager_on_sluice_only() -> None:
+    plan = matrix.plan("full")
+    sluice = next(g for g in plan.groups if g.server == "sluice" and g.label == "mlp")
+    order = [(round_, cell.model) for round_, cell in sluice.paired]
+    assert order[:4] == [
+        (0, "mlp_b1_w1"),
+        (0, "mlp_b8_w1_eager"),
+        (1, "mlp_b8_w1_eager"),
+        (1, "mlp_b1_w1"),
+    ]
+    assert len(order) == 16
+    assert {(c.concurrency, c.section, c.api) for _, c in sluice.paired} == {(1, "paired", "predictions")}
+    torchserve = next(g for g in plan.groups if g.server == "torchserve" and g.label == "mlp")
+    assert torchserve.paired == ()
+    (smoke,) = matrix.plan("smoke").groups
+    assert len(smoke.paired) == 2

@@ -126,6 +126,22 @@ def test_report_has_tables_ratios_and_plots(tmp_path: Path) -> None:
     assert "![throughput_vs_concurrency_mlp.png](plots/throughput_vs_concurrency_mlp.png)" in text
 
 
+def test_the_eager_target_prefers_the_paired_rounds(tmp_path: Path) -> None:
+    runs = records()
+    outcome = {o.target: o for o in evaluate(runs)}["batching on at C=1 costs no latency (eager policy, mlp)"]
+    assert abs(outcome.value - 1.05) < 1e-9  # matrix cells: 1.05 vs 1.0 ms
+    for round_ in range(3):
+        runs.append(load("sluice", "mlp_b1_w1", 1, 800.0, 1.2 + round_ / 10, round_, section="paired"))
+        runs.append(load("sluice", "mlp_b8_w1_eager", 1, 800.0, 1.5 + round_ / 10, round_, section="paired"))
+    outcome = {o.target: o for o in evaluate(runs)}["batching on at C=1 costs no latency (eager policy, mlp)"]
+    assert abs(outcome.value - 1.6 / 1.3) < 1e-9
+    assert outcome.verdict == "missed by 12%"
+    assert outcome.measured.endswith(", 3 paired rounds")
+    (tmp_path / "results.jsonl").write_text("\n".join(json.dumps(r) for r in runs) + "\n")
+    text = report.write(tmp_path).read_text()
+    assert "| mlp_b8_w1_eager | 3 | 1.60 [1.50\N{EN DASH}1.70] | 1.50, 1.60, 1.70 |" in text
+
+
 def test_render_copes_with_an_empty_run() -> None:
     text = report.render([])
     assert "# Sluice benchmark report" in text
