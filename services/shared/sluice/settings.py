@@ -44,7 +44,11 @@ class CommonSettings(BaseModel):
 
     @classmethod
     def from_command_line(cls, argv: Sequence[str] | None, prog: str) -> Self:
-        """Settings with ``--field-name value`` flags (one per field) as the explicit values."""
+        """Settings with ``--field-name value`` flags (one per field) as the explicit values.
+
+        Like argparse with a bad flag, an invalid setting (from any source) prints the usage and one
+        line naming it, and exits with status 2.
+        """
         parser = argparse.ArgumentParser(
             prog=prog, description=f"Flags override {ENV_PREFIX}* variables and config.properties."
         )
@@ -55,7 +59,10 @@ class CommonSettings(BaseModel):
             else:
                 parser.add_argument(*flags, dest=name, metavar=name.upper())
         given = {name: value for name, value in vars(parser.parse_args(argv)).items() if value is not None}
-        return cls(**given)
+        try:
+            return cls(**given)
+        except ValidationError as exc:
+            parser.error(describe_error(exc))
 
 
 def layered_values(
@@ -81,4 +88,6 @@ def layered_values(
 def describe_error(error: ValidationError) -> str:
     """One line naming the first invalid setting, for a service that refuses to start."""
     first = error.errors()[0]
-    return f"invalid setting {'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+    where = ".".join(str(part) for part in first["loc"])
+    # A check across settings (a model validator) has no location.
+    return f"invalid setting {where}: {first['msg']}" if where else f"invalid settings: {first['msg']}"

@@ -143,7 +143,11 @@ async def test_main_refuses_an_invalid_setting_with_one_line() -> None:
     async with asyncio.timeout(30):
         _, stderr = await process.communicate()
     assert process.returncode == 2
-    assert stderr.decode().startswith("sluice gateway: invalid setting grpc_inference_port: ")
+    assert (
+        stderr.decode()
+        .splitlines()[-1]
+        .startswith("python -m sluice_gateway: error: invalid setting grpc_inference_port: ")
+    )
 
 
 def _gateway_env() -> dict[str, str]:

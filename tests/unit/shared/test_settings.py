@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from sluice.settings import CommonSettings, describe_error
 
 
@@ -12,6 +12,13 @@ class _Example(CommonSettings):
     job_queue_size: int = Field(default=100, ge=1)
     enable_thing: bool = False
     model_store: Path | None = None
+    burst: int = 1
+
+    @model_validator(mode="after")
+    def _burst_fits_queue(self) -> "_Example":
+        if self.burst > self.job_queue_size:
+            raise ValueError("burst must not exceed job_queue_size")
+        return self
 
 
 @pytest.fixture(autouse=True)
@@ -59,13 +66,24 @@ def test_an_unknown_flag_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--no-such-setting" in capsys.readouterr().err
 
 
-def test_invalid_values_name_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValidationError) as flagged:
+def test_invalid_values_name_the_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
         _Example.from_command_line(["--job-queue-size", "zero"], prog="x")
-    assert describe_error(flagged.value).startswith("invalid setting job_queue_size: ")
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("x: error: invalid setting job_queue_size: ")
     monkeypatch.setenv("SLUICE_JOB_QUEUE_SIZE", "0")
     with pytest.raises(ValidationError) as from_env:
         _Example()
     assert describe_error(from_env.value) == (
         "invalid setting job_queue_size: Input should be greater than or equal to 1"
+    )
+
+
+def test_a_check_across_settings_is_described_without_a_location() -> None:
+    with pytest.raises(ValidationError) as refused:
+        _Example(burst=5, job_queue_size=2)
+    assert describe_error(refused.value) == (
+        "invalid settings: Value error, burst must not exceed job_queue_size"
     )
