@@ -37,7 +37,7 @@ from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.v2_service import V2Service
 
 if TYPE_CHECKING:
-    from sluice_gateway.rest_api.server import HttpListener
+    from sluice.http_listener import HttpListener
 
 log = get_logger(__name__)
 

@@ -15,10 +15,10 @@ from sluice.auth_keys import KeyKind
 from sluice.auth_settings import TokenErrorCodes
 from sluice.auth_store import TokenStore, TokenVerifier
 from sluice.exposure import check_listener
+from sluice.http_listener import parse_address
 from sluice.log import get_logger
 from sluice.redis_client import connect
 
-from sluice_gateway.rest_api.addresses import parse_address
 from sluice_gateway.settings import GatewaySettings
 
 log = get_logger(__name__)

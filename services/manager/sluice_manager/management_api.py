@@ -15,6 +15,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from aiohttp import web
+from sluice.http_listener import HttpListener, parse_address
 from sluice.log import get_logger
 from sluice.tasks import cancel_and_wait
 
@@ -23,7 +24,7 @@ from sluice_manager.events import wake_on_events
 from sluice_manager.grpc_api.server import ManagementGrpcServer
 from sluice_manager.management import ManagementConfig, ManagementService
 from sluice_manager.operations import OperationStore
-from sluice_manager.rest_api.server import ManagementHttpServer, create_app, parse_address
+from sluice_manager.rest_api.server import create_app
 from sluice_manager.settings import ManagerSettings
 from sluice_manager.task_client import TaskClient
 from sluice_manager.task_process import TaskWorkerProcess
@@ -95,7 +96,7 @@ class ManagementApi:
             extra_middlewares=seams.rest_middlewares,
             extra_routes=seams.rest_routes,
         )
-        self.http = ManagementHttpServer(app, parse_address(settings.management_address))
+        self.http = HttpListener(app, parse_address(settings.management_address), cancel_on_disconnect=False)
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

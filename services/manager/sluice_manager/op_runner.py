@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from sluice import keys
-from sluice.errors import ErrorCode, SluiceError
+from sluice.errors import INTERNAL_MESSAGE, ErrorCode, SluiceError
 from sluice.log import get_logger
 
 from sluice_manager.fetch import Download
@@ -17,8 +17,6 @@ from sluice_manager.registration import Registrar, RegistrationConfig
 from sluice_manager.removal import RemovalConfig, Remover
 
 log = get_logger(__name__)
-
-INTERNAL_MESSAGE = "Internal server error"
 
 
 def zero_workers_message(model: str, version: str) -> str:

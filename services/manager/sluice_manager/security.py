@@ -12,10 +12,10 @@ from sluice.auth_http import management_scope, token_middleware
 from sluice.auth_keys import KeyKind
 from sluice.auth_store import TokenStore, TokenVerifier
 from sluice.exposure import check_listener
+from sluice.http_listener import parse_address
 from sluice.log import get_logger
 
 from sluice_manager.management_api import ApiSeams
-from sluice_manager.rest_api.server import parse_address
 from sluice_manager.settings import ManagerSettings
 from sluice_manager.token_api import TokenRoutes
 from sluice_manager.token_keys import KeyAuthority

@@ -82,6 +82,10 @@ EXCEPTION_CLASS: dict[ErrorCode, str] = {
 }
 
 
+# What a client is told when the server fails unexpectedly (the traceback goes to the log only).
+INTERNAL_MESSAGE = "Internal server error"
+
+
 class SluiceError(Exception):
     """An error whose message is safe to show a client.
 

@@ -14,13 +14,11 @@ import grpc
 import structlog
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
-from sluice.errors import ErrorCode, SluiceError
+from sluice.errors import INTERNAL_MESSAGE, ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.status_map import grpc_details, grpc_status
 
 log = get_logger(__name__)
-
-INTERNAL_MESSAGE = "Internal server error"
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")

@@ -1,4 +1,4 @@
-"""Errors to HTTP, in one middleware (outermost, so a future auth middleware's errors map here too).
+"""Errors to HTTP, in one middleware (outermost, so the token middleware's errors map here too).
 
 Domain errors (:class:`SluiceError`) map through :mod:`sluice.status_map`; routing errors get
 TorchServe's texts; anything else is a bug: a generic 500, the traceback in the log. KServe v2 paths
@@ -10,18 +10,14 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 from aiohttp import web
-from sluice.errors import ErrorCode, SluiceError
+from sluice import torchserve_http
+from sluice.errors import INTERNAL_MESSAGE, ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.status_map import rest_status
-
-from sluice_gateway.rest_api import torchserve_http
-from sluice_gateway.rest_api.torchserve_http import request_id
+from sluice.torchserve_http import METHOD_NOT_ALLOWED_MESSAGE, NOT_FOUND_MESSAGE, request_id
 
 log = get_logger(__name__)
 
-INTERNAL_MESSAGE = "Internal server error"
-NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
-METHOD_NOT_ALLOWED_MESSAGE = "Requested method is not allowed, please refer to API document."
 TOO_LARGE_MESSAGE = "Request body exceeds max_request_size."
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -47,25 +43,17 @@ def _domain_error(request: web.Request, error: SluiceError) -> web.Response:
 
 def _http_error(request: web.Request, exc: web.HTTPException) -> web.StreamResponse:
     status = exc.status
-    kserve = is_kserve_path(request)
-    if status == 404:
-        if kserve:
-            return kserve_error(404, NOT_FOUND_MESSAGE)
-        return torchserve_http.error_body_response(404, "ResourceNotFoundException", NOT_FOUND_MESSAGE)
-    if status == 405:
-        if kserve:
-            return kserve_error(405, METHOD_NOT_ALLOWED_MESSAGE)
-        return torchserve_http.error_body_response(
-            405, "MethodNotAllowedException", METHOD_NOT_ALLOWED_MESSAGE
-        )
-    if status == 413:
+    if not is_kserve_path(request):
         # TorchServe answers an oversized request with an empty 413.
-        return kserve_error(413, TOO_LARGE_MESSAGE) if kserve else torchserve_http.empty_error(413)
+        return torchserve_http.empty_error(413) if status == 413 else torchserve_http.routing_error(exc)
+    if status == 404:
+        return kserve_error(404, NOT_FOUND_MESSAGE)
+    if status == 405:
+        return kserve_error(405, METHOD_NOT_ALLOWED_MESSAGE)
+    if status == 413:
+        return kserve_error(413, TOO_LARGE_MESSAGE)
     if status >= 400:
-        message = exc.text or exc.reason
-        if kserve:
-            return kserve_error(status, message)
-        return torchserve_http.error_body_response(status, "BadRequestException", message)
+        return kserve_error(status, exc.text or exc.reason)
     return exc
 
 

@@ -4,15 +4,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from sluice.http_listener import HttpListener, parse_address
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
 from sluice_gateway.metrics.http import MetricsRoutes
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import VersionResolver
-from sluice_gateway.rest_api.addresses import parse_address
 from sluice_gateway.rest_api.kserve import KServeRoutes
-from sluice_gateway.rest_api.server import HttpListener, create_app
+from sluice_gateway.rest_api.server import create_app
 from sluice_gateway.rest_api.torchserve import TorchServeRoutes
 from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.v2_service import V2Service
@@ -28,11 +28,11 @@ def inference_listener(
 ) -> HttpListener:
     routes = TorchServeRoutes(plane, resolver, model_health).routes() + KServeRoutes(v2).routes()
     app = create_app(routes, max_request_size=settings.max_request_size, extra_middlewares=middlewares)
-    return HttpListener(app, parse_address(settings.inference_address))
+    return HttpListener(app, parse_address(settings.inference_address), cancel_on_disconnect=True)
 
 
 def metrics_listener(
     settings: GatewaySettings, inference: InferenceMetrics, redis: "aioredis.Redis"
 ) -> HttpListener:
     app = create_app(MetricsRoutes(inference, redis).routes(), max_request_size=settings.max_request_size)
-    return HttpListener(app, parse_address(settings.metrics_address))
+    return HttpListener(app, parse_address(settings.metrics_address), cancel_on_disconnect=True)

@@ -12,6 +12,7 @@ from aiohttp import web
 from sluice import names
 from sluice.errors import SluiceError
 from sluice.log import get_logger
+from sluice.torchserve_http import REQUEST_ID, json_response
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
@@ -20,7 +21,6 @@ from sluice_gateway.registry_cache import VersionResolver
 from sluice_gateway.rest_api.errors import StreamBroken
 from sluice_gateway.rest_api.openapi import api_description
 from sluice_gateway.rest_api.torchserve_codec import full_response, stream_response, to_call
-from sluice_gateway.rest_api.torchserve_http import REQUEST_ID, json_response
 
 log = get_logger(__name__)
 

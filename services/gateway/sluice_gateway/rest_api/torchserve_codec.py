@@ -4,9 +4,9 @@ multipart). Replies carry the raw body and the handler's status, phrase, content
 
 from aiohttp import hdrs, web
 from sluice.envelope import Protocol, Reply
+from sluice.torchserve_http import NO_CONTENT_TYPE
 
 from sluice_gateway.dataplane import InferenceCall
-from sluice_gateway.rest_api.torchserve_http import NO_CONTENT_TYPE
 
 # Handler headers TorchServe's frontend adds to every /predictions and /explanations request.
 URL_PATH_HEADER = "url_path"

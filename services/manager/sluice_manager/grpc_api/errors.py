@@ -11,13 +11,11 @@ from typing import Any, TypeVar
 
 import grpc
 from redis.exceptions import RedisError
-from sluice.errors import ErrorCode, SluiceError
+from sluice.errors import INTERNAL_MESSAGE, ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.status_map import grpc_details, grpc_status
 
 log = get_logger(__name__)
-
-INTERNAL_MESSAGE = "Internal server error"
 REDIS_UNAVAILABLE = "Service unavailable: the registry is unreachable."
 
 Req = TypeVar("Req")

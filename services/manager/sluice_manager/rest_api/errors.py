@@ -6,31 +6,26 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from redis.exceptions import RedisError
-from sluice.errors import ErrorCode, SluiceError
+from sluice.errors import INTERNAL_MESSAGE, ErrorCode, SluiceError
 from sluice.log import get_logger
-
-from sluice_manager.rest_api.http import error_body_response, error_response, request_id
+from sluice.torchserve_http import (
+    error_body_response,
+    error_response,
+    request_id,
+    routing_error,
+)
 
 log = get_logger(__name__)
 
-INTERNAL_MESSAGE = "Internal server error"
 REDIS_UNAVAILABLE = "Service unavailable: the registry is unreachable."
-NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
-METHOD_NOT_ALLOWED_MESSAGE = "Requested method is not allowed, please refer to API document."
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _http_error(exc: web.HTTPException) -> web.StreamResponse:
-    if exc.status == 404:
-        return error_body_response(404, "ResourceNotFoundException", NOT_FOUND_MESSAGE)
-    if exc.status == 405:
-        return error_body_response(405, "MethodNotAllowedException", METHOD_NOT_ALLOWED_MESSAGE)
     if exc.status == 413:
         return error_body_response(413, "RequestEntityTooLargeException", "Request body is too large.")
-    if exc.status >= 400:
-        return error_body_response(exc.status, "BadRequestException", exc.text or exc.reason)
-    return exc
+    return routing_error(exc)
 
 
 @web.middleware

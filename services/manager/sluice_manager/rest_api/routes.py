@@ -6,10 +6,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
 from sluice import names
+from sluice.torchserve_http import json_response, status_response
 
 from sluice_manager.management import ManagementService, ScaleRequest
 from sluice_manager.rest_api import params
-from sluice_manager.rest_api.http import json_response, status_response
 from sluice_manager.rest_api.openapi import api_description
 
 MODELS = "/models"
