@@ -60,6 +60,13 @@ async def _requests(request: bytes) -> AsyncIterator[bytes]:
     yield request
 
 
+# grpc.aio's client (grpcio 1.82) replaces the server's status with this one when a request write
+# fails because the server already ended the call (grpc/grpc#36066; fix proposed in #43486): a
+# token refusal on a client-streaming method races the client's first write.
+_LOST_STATUS = (grpc.StatusCode.INTERNAL, "Internal error from Core")
+_LOST_STATUS_ATTEMPTS = 3
+
+
 async def call_raw(
     channel: grpc.aio.Channel,
     method: Method,
@@ -68,7 +75,22 @@ async def call_raw(
     request: bytes = b"",
     timeout_s: float = 5.0,
 ) -> tuple[grpc.StatusCode, str]:
-    """Call ``method`` with one serialized request; the final status code and details."""
+    """Call ``method`` with one serialized request; the final status code and details.
+
+    A client-streaming call whose status the client library lost (see ``_LOST_STATUS``) is made
+    again, a bounded number of times.
+    """
+    attempts = _LOST_STATUS_ATTEMPTS if method.client_streaming else 1
+    for _ in range(attempts):
+        outcome = await _call_once(channel, method, metadata, request, timeout_s)
+        if outcome != _LOST_STATUS:
+            break
+    return outcome
+
+
+async def _call_once(
+    channel: grpc.aio.Channel, method: Method, metadata: Metadata, request: bytes, timeout_s: float
+) -> tuple[grpc.StatusCode, str]:
     kind = {
         (False, False): channel.unary_unary,
         (False, True): channel.unary_stream,
