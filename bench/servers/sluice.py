@@ -37,7 +37,8 @@ class SluiceServer:
 
     @property
     def redis_url(self) -> str:
-        return f"redis://127.0.0.1:{self.ports.redis}/0"
+        """The private Redis as the services reach it (the pid file's URL carries its password)."""
+        return str(self._pid_file()["redis_url"])
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -84,8 +84,12 @@ class Site:
                 found += psutil.Process(pid).children(recursive=True)
         return found
 
+    def redis(self) -> "redis.Redis":
+        """The private Redis, as the services reach it (the URL in the pid file has its password)."""
+        return redis.Redis.from_url(str(self.pid_file()["redis_url"]), socket_timeout=5)
+
     def worker_pids(self) -> list[int]:
-        client = redis.Redis(port=self.redis_port)
+        client = self.redis()
         try:
             return [int(json.loads(raw)["pid"]) for raw in client.hgetall(keys.LAUNCHED_WORKERS).values()]
         finally:
@@ -165,14 +169,23 @@ def test_start_serve_stop_leaves_nothing_running(site: Site) -> None:
     assert f"127.0.0.1:{site.grpc_port}" in out
     # The services reach the private Redis through its unix socket; its TCP port stays open for tools.
     socket = site.home / "redis" / "redis.sock"
-    assert f"unix://{socket}?db=0" in out
-    assert f"also on 127.0.0.1:{site.redis_port}" in out
+    assert f"unix://:***@{socket}?db=0" in out
+    assert f"also on 127.0.0.1:{site.redis_port} with the password in {site.home / 'redis.conf'}" in out
     assert "demo 1.0: 1 worker(s) READY (min 1)" in out
     assert str(site.home / "sluice.pid") in out
     assert "Traceback" not in started.stderr
 
     assert serving(site.grpc_port)
-    clients = redis.Redis(port=site.redis_port, socket_timeout=5).client_list()
+    # The private Redis needs its password, which only this user's files and environments hold.
+    password = (site.home / "redis.conf").read_text().split()[1]
+    for private in (site.home / "redis.conf", site.home / "sluice.pid"):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert password not in out + started.stderr
+    assert password not in (site.home / "logs" / "manager.log").read_text()
+    assert all(password not in " ".join(psutil.Process(pid).cmdline()) for pid in site.service_pids())
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=site.redis_port, socket_timeout=5).ping()
+    clients = site.redis().client_list()
     through_socket = [c for c in clients if c["addr"].startswith("/")]  # TCP: "127.0.0.1:port"
     # Manager and gateway (control connections, hot path, reply reader), the worker's hot path.
     assert len(through_socket) >= 4, clients

@@ -4,6 +4,7 @@ temporary folder with free ports, for end-to-end and compatibility tests.
 Imports none of Sluice's generated protobuf modules: the compat tier uses this beside TorchServe's own.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -85,7 +86,9 @@ class Stack:
             self.sluice("stop", timeout_s=120)
 
     def redis(self) -> "redis.Redis":
-        return redis.Redis(port=self.redis_port, socket_timeout=5)
+        """The private Redis, as the services reach it (the URL in the pid file has its password)."""
+        url = json.loads((self.home / "sluice.pid").read_text())["redis_url"]
+        return redis.Redis.from_url(url, socket_timeout=5)
 
     def redis_pid(self) -> int:
         processes = json.loads((self.home / "sluice.pid").read_text())["processes"]
@@ -130,19 +133,22 @@ class Stack:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and _alive(pid_to_wait):
             time.sleep(0.05)
+        runtime = RuntimeDir.at(self.home)
         args = [
-            "redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+            "redis-server", str(runtime.redis_config),  # its password
+            "--port", str(self.redis_port), "--bind", "127.0.0.1",
             "--dir", str(self.home / "redis"), "--appendonly", "yes", "--save", "",
         ]  # fmt: skip
-        socket = RuntimeDir.at(self.home).redis_socket
+        socket = runtime.redis_socket
         if socket is not None:  # where `sluice start` pointed the services
             args += ["--unixsocket", str(socket), "--unixsocketperm", "700"]
         process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                if redis.Redis(port=self.redis_port, socket_timeout=0.5).ping():
-                    return process
+                with contextlib.closing(self.redis()) as client:
+                    if client.ping():
+                        return process
             except redis.RedisError:
                 time.sleep(0.05)
         process.kill()

@@ -3,6 +3,8 @@
 import sys
 from pathlib import Path
 
+from sluice.redis_url import redacted
+
 from sluice_cli.children import log_tail
 from sluice_cli.runtime import PidFile, RuntimeDir
 from sluice_cli.settings import LOOPBACK, CliSettings
@@ -21,7 +23,8 @@ def error(message: str) -> None:
 
 def serving(settings: CliSettings, runtime: RuntimeDir, state: PidFile, statuses: list[ModelStatus]) -> None:
     redis_note = (
-        f"private, also on {LOOPBACK}:{settings.redis_port}, AOF in {runtime.redis_data}"
+        f"private, also on {LOOPBACK}:{settings.redis_port} with the password in {runtime.redis_config}, "
+        f"AOF in {runtime.redis_data}"
         if state.private_redis
         else "external"
     )
@@ -34,7 +37,7 @@ def serving(settings: CliSettings, runtime: RuntimeDir, state: PidFile, statuses
         f"  gRPC inference   {settings.gateway_target}  (TorchServe and KServe v2 inference, health)",
         f"  REST inference   {settings.inference_address}  (TorchServe and KServe v2 REST)",
         f"  management       {management}  (TorchServe management API)",
-        f"  Redis            {state.redis_url}  ({redis_note})",
+        f"  Redis            {redacted(state.redis_url)}  ({redis_note})",
         f"  tokens           {_tokens(state)}",
     ]
     if statuses:

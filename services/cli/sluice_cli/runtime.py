@@ -41,6 +41,11 @@ class RuntimeDir:
         return self.home / "redis"
 
     @property
+    def redis_config(self) -> Path:
+        """The private Redis's config file: its password (mode 0600)."""
+        return self.home / "redis.conf"
+
+    @property
     def redis_socket(self) -> Path | None:
         """The private Redis's unix socket, or None when the folder's path is too long for one."""
         path = self.redis_data / "redis.sock"
@@ -119,9 +124,8 @@ class PidFile(BaseModel):
             return None
 
     def write(self, path: Path) -> None:
-        temp = path.with_name(path.name + ".tmp")
-        temp.write_text(self.model_dump_json(indent=2))
-        os.replace(temp, path)
+        """Mode 0600: ``redis_url`` carries the private Redis's password."""
+        write_private(path, self.model_dump_json(indent=2))
 
     def live(self) -> list[ProcessRef]:
         owner = [self.owner] if self.owner is not None else []
@@ -129,6 +133,16 @@ class PidFile(BaseModel):
 
     def get(self, name: str) -> ProcessRef | None:
         return next((ref for ref in self.processes if ref.name == name), None)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``, readable by this user only."""
+    temp = path.with_name(path.name + ".tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # O_CREAT leaves the mode of a file that already exists alone
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+    os.replace(temp, path)
 
 
 def this_process(name: str, marker: str) -> ProcessRef:

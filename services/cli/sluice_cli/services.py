@@ -1,11 +1,13 @@
 """How ``sluice start`` runs each service: command lines, environment, and the private Redis."""
 
+import secrets
 import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sluice_cli.runtime import write_private
 from sluice_cli.settings import LOOPBACK
 
 
@@ -55,12 +57,25 @@ def python_service(module: str) -> list[str]:
     return [sys.executable, "-m", module]
 
 
-def redis_command(port: int, data_dir: Path, socket: Path | None = None) -> list[str]:
-    """A private redis-server: loopback only (and ``socket``, for this user only), protected mode, AOF
-    on, never evicts (an eviction policy could delete job streams), logs to stdout (our log file)."""
+def write_redis_config(path: Path) -> str:
+    """A new password for the private Redis, written as its ``requirepass`` to ``path`` (mode 0600).
+
+    A file rather than a flag: any local user can read a process's command line, not its files or
+    environment. Without a password any local user could reach the TCP port, write the registry and
+    so run code as this user. A new one on every start.
+    """
+    password = secrets.token_urlsafe(32)
+    write_private(path, f"requirepass {password}\n")
+    return password
+
+
+def redis_command(port: int, data_dir: Path, config: Path, socket: Path | None = None) -> list[str]:
+    """A private redis-server: its password from ``config``, loopback only (and ``socket``, for this
+    user only), protected mode, AOF on, never evicts (an eviction policy could delete job streams),
+    logs to stdout (our log file)."""
     unix = ["--unixsocket", str(socket), "--unixsocketperm", "700"] if socket is not None else []
     return [
-        "redis-server",
+        "redis-server", str(config),
         "--port", str(port),
         "--bind", LOOPBACK,
         "--protected-mode", "yes",

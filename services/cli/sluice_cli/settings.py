@@ -3,6 +3,7 @@ Redis to use, how long startup may take. Built once in :func:`sluice_cli.main.ma
 
 from pathlib import Path
 from typing import ClassVar
+from urllib.parse import quote
 
 from pydantic import Field
 from sluice.auth_settings import AuthSettings
@@ -44,15 +45,17 @@ class CliSettings(AuthSettings):
     # Runtime folder (SLUICE_HOME): pid file, logs, Redis data, unpacked models.
     home: Path = Path("var")
 
-    def service_redis_url(self, socket: Path | None = None) -> str:
+    def service_redis_url(self, socket: Path | None = None, password: str = "") -> str:
         """The Redis the services are told to use (SLUICE_REDIS_URL of the children): the external one,
-        else the private one, through its unix ``socket`` when it has one (a loopback TCP round trip
-        costs more CPU and latency on every job; its TCP port stays open for tools)."""
+        else the private one with its ``password``, through its unix ``socket`` when it has one (a
+        loopback TCP round trip costs more CPU and latency on every job; its TCP port stays open for
+        tools)."""
         if self.external_redis_url:
             return self.external_redis_url
+        credentials = f":{quote(password, safe='')}@" if password else ""
         if socket is not None:
-            return f"unix://{socket}?db=0"
-        return f"redis://{LOOPBACK}:{self.redis_port}/0"
+            return f"unix://{credentials}{socket}?db=0"
+        return f"redis://{credentials}{LOOPBACK}:{self.redis_port}/0"
 
     @property
     def gateway_target(self) -> str:

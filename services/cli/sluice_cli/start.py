@@ -18,6 +18,7 @@ from sluice_cli.services import (
     python_service,
     redis_command,
     service_env,
+    write_redis_config,
 )
 from sluice_cli.settings import LOOPBACK, CliSettings
 from sluice_cli.status import ModelStatus, StartFailed
@@ -53,7 +54,8 @@ def start(
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     private = not settings.external_redis_url
-    redis_url = settings.service_redis_url(runtime.redis_socket)
+    password = write_redis_config(runtime.redis_config) if private else ""
+    redis_url = settings.service_redis_url(runtime.redis_socket, password)
     state = PidFile.new(runtime, redis_url, private_redis=private, gateway_target=settings.gateway_target)
     if foreground:
         state.owner = this_process("cli", "sluice")
@@ -115,7 +117,9 @@ def _launch(
     if state.private_redis:
         if fresh:
             clear_redis_data(runtime.redis_data)
-        command = redis_command(settings.redis_port, runtime.redis_data, runtime.redis_socket)
+        command = redis_command(
+            settings.redis_port, runtime.redis_data, runtime.redis_config, runtime.redis_socket
+        )
         _spawn(state, children, runtime, "redis", command, env, marker="redis-server")
     # The services start while Redis comes up: their imports take far longer than Redis's start, and
     # both wait out a Redis that does not answer yet.

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from sluice.log import get_logger
 from sluice.redis_client import connect
+from sluice.redis_url import redacted
 from sluice.worker_standby import STANDBY_FLAG
 
 from sluice_manager.archives import ExtractionLimits
@@ -146,7 +147,7 @@ class Manager:
         log.info(
             "manager starting",
             launcher=self.launcher.name,
-            redis=self.settings.redis_url,
+            redis=redacted(self.settings.redis_url),
             model_store=str(self.settings.model_store or ""),
             models_dir=str(self.settings.models_path),
         )

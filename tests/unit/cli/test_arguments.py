@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from sluice_cli.main import build_parser, normalize
-from sluice_cli.services import StartOptions, redis_command, service_env
+from sluice_cli.services import StartOptions, redis_command, service_env, write_redis_config
 from sluice_cli.settings import CliSettings
 
 
@@ -92,9 +92,9 @@ def test_service_env_without_flags_sets_only_what_it_must(tmp_path: Path) -> Non
 
 
 def test_private_redis_is_locked_down(tmp_path: Path) -> None:
-    argv = redis_command(6399, tmp_path / "redis")
-    pairs = dict(zip(argv[1::2], argv[2::2], strict=True))
-    assert argv[0] == "redis-server"
+    argv = redis_command(6399, tmp_path / "redis", tmp_path / "redis.conf")
+    assert argv[:2] == ["redis-server", str(tmp_path / "redis.conf")]
+    pairs = dict(zip(argv[2::2], argv[3::2], strict=True))
     assert pairs["--port"] == "6399"
     assert pairs["--bind"] == "127.0.0.1"
     assert pairs["--protected-mode"] == "yes"
@@ -105,11 +105,23 @@ def test_private_redis_is_locked_down(tmp_path: Path) -> None:
 
 
 def test_private_redis_socket_is_for_its_user_only(tmp_path: Path) -> None:
-    argv = redis_command(6399, tmp_path / "redis", tmp_path / "redis" / "redis.sock")
-    pairs = dict(zip(argv[1::2], argv[2::2], strict=True))
+    argv = redis_command(6399, tmp_path / "redis", tmp_path / "redis.conf", tmp_path / "redis" / "redis.sock")
+    pairs = dict(zip(argv[2::2], argv[3::2], strict=True))
     assert pairs["--unixsocket"] == str(tmp_path / "redis" / "redis.sock")
     assert pairs["--unixsocketperm"] == "700"
     assert pairs["--bind"] == "127.0.0.1"
+
+
+def test_private_redis_password_is_new_each_start_and_only_in_a_private_file(tmp_path: Path) -> None:
+    config = tmp_path / "redis.conf"
+    first = write_redis_config(config)
+    assert config.read_text() == f"requirepass {first}\n"
+    assert config.stat().st_mode & 0o777 == 0o600
+    second = write_redis_config(config)
+    assert second != first
+    assert len(second) >= 40
+    assert config.read_text() == f"requirepass {second}\n"
+    assert first not in " ".join(redis_command(6399, tmp_path / "redis", config))
 
 
 def test_cli_settings_from_config_properties(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,8 +135,13 @@ def test_cli_settings_from_config_properties(tmp_path: Path, monkeypatch: pytest
     assert settings.gateway_target == "127.0.0.1:17070"
     assert settings.service_redis_url() == "redis://127.0.0.1:16399/0"
     assert settings.service_redis_url(Path("/h/redis/redis.sock")) == "unix:///h/redis/redis.sock?db=0"
+    assert settings.service_redis_url(password="p-w_1") == "redis://:p-w_1@127.0.0.1:16399/0"
+    assert (
+        settings.service_redis_url(Path("/h/redis/redis.sock"), "p-w_1")
+        == "unix://:p-w_1@/h/redis/redis.sock?db=0"
+    )
     config.write_text("sluice_redis_url=redis://10.1.1.1:6379/2\n")
-    assert CliSettings().service_redis_url(Path("/h/redis/redis.sock")) == "redis://10.1.1.1:6379/2"
+    assert CliSettings().service_redis_url(Path("/h/redis/redis.sock"), "pw") == "redis://10.1.1.1:6379/2"
     monkeypatch.delenv("SLUICE_TS_CONFIG")
     defaults = CliSettings()
     assert defaults.gateway_target == "127.0.0.1:7070"

@@ -22,6 +22,7 @@ def test_runtime_layout(tmp_path: Path) -> None:
     assert runtime.redis_data.is_dir()
     assert runtime.log_file("manager") == tmp_path / "var" / "logs" / "manager.log"
     assert runtime.redis_socket == tmp_path / "var" / "redis" / "redis.sock"
+    assert runtime.redis_config == tmp_path / "var" / "redis.conf"
 
 
 def test_no_redis_socket_when_its_path_is_too_long(tmp_path: Path) -> None:
@@ -35,7 +36,10 @@ def test_pid_file_round_trip(tmp_path: Path) -> None:
         runtime, "redis://127.0.0.1:6399/0", private_redis=True, gateway_target="127.0.0.1:7070"
     )
     state.processes.append(me())
+    runtime.pid_file.with_name("sluice.pid.tmp").write_text("left by a crash")
     state.write(runtime.pid_file)
+    assert runtime.pid_file.stat().st_mode & 0o777 == 0o600  # its redis_url may carry a password
+    assert not runtime.pid_file.with_name("sluice.pid.tmp").exists()
     loaded = PidFile.read(runtime.pid_file)
     assert loaded == state
     assert loaded is not None
