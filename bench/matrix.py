@@ -181,9 +181,11 @@ def _mlp_group(server: str, sizes: Sizes) -> Group:
         cells += _cells(
             api, protocol_variants, sizes.protocol_concurrency, seconds, warm, section="protocols"
         )
+    # h2load drives each server's ceiling: every batched archive, with one worker and with two (the
+    # Python client's best Sluice cell is a two-worker one).
     cells += _cells(
         "predictions",
-        [base, *batched],
+        [base, *[v for v in variants if v.batch_size > 1]],
         sizes.h2load_concurrency,
         seconds,
         warm,

@@ -54,6 +54,16 @@ def test_full_plan_covers_the_issue_matrix() -> None:
     assert ts_mlp.warmup_s >= 60
 
 
+def test_h2load_covers_every_batched_mlp_archive_of_each_server() -> None:
+    plan = matrix.plan("full")
+    for server in ("sluice", "torchserve"):
+        group = next(g for g in plan.groups if g.server == server and g.label == "mlp")
+        driven = {c.model for c in group.cells if c.client == "h2load"}
+        batched = {v.name for v in group.variants if v.batch_size > 1}
+        assert batched <= driven
+        assert {"mlp_b1_w1", "mlp_b8_w2_fill"} <= driven
+
+
 def test_each_sluice_cnn_configuration_gets_its_own_start() -> None:
     groups = [g for g in matrix.plan("full").groups if g.server == "sluice" and g.label.startswith("cnn")]
     assert all(len(g.variants) == 1 for g in groups)
