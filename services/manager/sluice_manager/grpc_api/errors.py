@@ -16,6 +16,7 @@ from sluice.log import get_logger
 from sluice.status_map import grpc_details, grpc_status
 
 log = get_logger(__name__)
+
 REDIS_UNAVAILABLE = "Service unavailable: the registry is unreachable."
 
 Req = TypeVar("Req")
