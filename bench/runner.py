@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import collectors, h2load, loadgen, models, profiling, registration, tools
+from bench import collectors, extras, h2load, loadgen, models, registration, tools
 from bench.cells import of_kind
 from bench.drive import drive
 from bench.matrix import Group, LoadCell, Plan
@@ -28,7 +28,6 @@ from bench.payloads import (
     PREDICTIONS_METHOD,
     STREAM_PREDICTIONS_METHOD,
     Payloads,
-    predictions_request,
 )
 from bench.registration import REGISTER_MODEL
 from bench.results import ResultsWriter
@@ -357,86 +356,16 @@ class Runner:
         )
 
     def _held_streams(self, server: SluiceServer, group: Group) -> None:
-        variant = group.variants[0]
-        gateway = server.processes().get("gateway", [])
-
-        async def measure() -> dict[str, float]:
-            return collectors.rss_mib({"gateway": gateway})
-
-        idle = collectors.rss_mib({"gateway": gateway})
-        # Each held call asks for a long stream, so that all of them are still open when measured
-        # (a streaming job runs alone on its worker: the rest wait in the queue).
-        request = predictions_request(
-            variant.name, self.payloads[variant.name].data, {"messages": b"400", "gap_ms": b"10"}
-        )
-        still_open, rss, ended = loadgen.run_async(
-            loadgen.hold_streams(
-                server.ports.grpc_target,
-                STREAM_PREDICTIONS_METHOD,
-                request,
-                count=group.held_streams,
-                channels=4,
-                hold_s=3.0,
-                measure=measure,
-            )
-        )
-        self.writer.write(
-            {
-                "kind": "held_streams",
-                "server": server.name,
-                "streams": group.held_streams,
-                "still_open": still_open,
-                "gateway_rss_idle_mib": idle.get("gateway"),
-                "gateway_rss_mib": rss.get("gateway"),
-                "ended_early": dict(ended),
-            }
-        )
+        self.writer.write(extras.held_streams(server, group, self.payloads[group.variants[0].name]))
 
     def _profiles(self, server: Server, group: Group) -> None:
-        """py-spy (native frames, all threads) on the client, the gateway and the model's worker
-        while one extra cell runs; profiles cost CPU, so they are not matrix cells."""
+        """py-spy on the client, the gateway and the model's worker while extra cells run."""
         spy = tools.py_spy()
         if spy is None:
             self.writer.write({"kind": "error", "step": "profile", "error": "py-spy is not installed"})
             return
-        batched = [v for v in group.variants if v.batch_size > 1 and v.workers == 1]
-        cells = [(group.variants[0], 1), (group.variants[0], 64), *((v, 64) for v in batched[-1:])]
-        for variant, concurrency in cells:
-            roles = server.processes()
-            targets = {
-                "client": os.getpid(),
-                **{
-                    role: procs[0].pid
-                    for role, procs in roles.items()
-                    if role == "gateway" or role.startswith(f"worker:{variant.name}:")
-                },
-            }
-            outputs = {
-                role: self.out_dir / "profiles" / profiling.file_name(variant.name, concurrency, role)
-                for role in targets
-            }
-            (self.out_dir / "profiles").mkdir(parents=True, exist_ok=True)
-            recorders = [
-                profiling.start_recording(spy, pid, self.plan.profile_s, outputs[role])
-                for role, pid in targets.items()
-            ]
-            cell = LoadCell(
-                "predictions", variant.name, concurrency, self.plan.profile_s, 0.0, section="profile"
-            )
-            self._cell(server, group, cell, 0)
-            for recorder in recorders:
-                try:
-                    recorder.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    recorder.kill()
-            for role, path in outputs.items():
-                self.writer.write(
-                    {
-                        "kind": "profile",
-                        "server": server.name,
-                        "variant": variant.name,
-                        "concurrency": concurrency,
-                        "role": role,
-                        **profiling.summarize(path),
-                    }
-                )
+        profiles = self.out_dir / "profiles"
+        for recording in extras.profiled_cells(spy, server, group, profiles, self.plan.profile_s):
+            self._cell(server, group, recording.cell, 0)
+            for record in recording.finish():
+                self.writer.write(record)
