@@ -2,6 +2,7 @@
 spellings and start flags are accepted too (``torchserve --start --model-store s --models m.mar``)."""
 
 import argparse
+import dataclasses
 import importlib.metadata
 import os
 import subprocess
@@ -9,8 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import ValidationError
 from sluice.settings import describe_error
+from sluice.typed import InvalidValue
 
 from sluice_cli import output
 from sluice_cli.services import StartOptions
@@ -101,7 +102,7 @@ def _main(argv: Sequence[str] | None) -> int:
         os.environ["SLUICE_TS_CONFIG"] = str(ts_config)
     try:
         settings = _settings(args)
-    except ValidationError as exc:
+    except InvalidValue as exc:
         output.error(describe_error(exc))
         return 2
     if args.command == "stop":
@@ -126,7 +127,7 @@ def _settings(args: argparse.Namespace) -> CliSettings:
         overrides["model_store"] = args.model_store.absolute()
     if getattr(args, "models", None):
         overrides["load_models"] = ",".join(args.models)
-    return CliSettings(**overrides)  # type: ignore[arg-type]
+    return CliSettings(**overrides)
 
 
 def _options(args: argparse.Namespace, settings: CliSettings, ts_config: Path | None) -> StartOptions:
@@ -146,7 +147,7 @@ def _demo(args: argparse.Namespace, settings: CliSettings) -> int:
     if built.returncode != 0:
         output.error("could not build the demo model")
         return 1
-    settings = settings.model_copy(update={"model_store": store, "load_models": "demo=demo.mar"})
+    settings = dataclasses.replace(settings, model_store=store, load_models="demo=demo.mar")
     options = StartOptions(
         model_store=store,
         models="demo=demo.mar",

@@ -1,16 +1,21 @@
 """What the CLI reads from ``config.properties`` / ``SLUICE_*``: where the services will listen, which
 Redis to use, how long startup may take. Built once in :func:`sluice_cli.main.main`."""
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, ClassVar
 from urllib.parse import quote
 
-from pydantic import Field
 from sluice.auth_settings import AuthSettings
+from sluice.typed import Bounds, PositiveFloat
+
+# A port to listen on or connect to (never 0: the CLI must know it).
+FixedPort = Annotated[int, Bounds(ge=1, le=65535)]
 
 LOOPBACK = "127.0.0.1"
 
 
+@dataclass(init=False, kw_only=True)
 class CliSettings(AuthSettings):
     TS_KEYS: ClassVar[dict[str, str]] = {
         # disable_token_authorization, sluice_key_file: where the manager writes the keys.
@@ -30,18 +35,18 @@ class CliSettings(AuthSettings):
     }
 
     grpc_inference_address: str = LOOPBACK
-    grpc_inference_port: int = Field(default=7070, ge=1, le=65535)
+    grpc_inference_port: FixedPort = 7070
     grpc_management_address: str = LOOPBACK
-    grpc_management_port: int = Field(default=7071, ge=1, le=65535)
+    grpc_management_port: FixedPort = 7071
     inference_address: str = "http://127.0.0.1:8080"
     management_address: str = "http://127.0.0.1:8081"
     model_store: Path | None = None
     load_models: str = ""
-    default_startup_timeout_s: int = Field(default=120, ge=1)
+    default_startup_timeout_s: Annotated[int, Bounds(ge=1)] = 120
     # An existing Redis to use; empty: `sluice start` runs a private one on redis_port.
     external_redis_url: str = ""
-    redis_port: int = Field(default=6399, ge=1, le=65535)
-    worker_stop_timeout_s: float = Field(default=30.0, gt=0)
+    redis_port: FixedPort = 6399
+    worker_stop_timeout_s: PositiveFloat = 30.0
     # Runtime folder (SLUICE_HOME): pid file, logs, Redis data, unpacked models.
     home: Path = Path("var")
 

@@ -1,10 +1,11 @@
 """The gateway's settings: built once in ``__main__`` and passed down."""
 
 import secrets
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Annotated, ClassVar
 
-from pydantic import Field, PositiveFloat, PositiveInt
 from sluice.auth_settings import AuthSettings
+from sluice.typed import Bounds, NonNegativeFloat, Port, PositiveFloat, PositiveInt
 
 # Gateway ids end up inside Redis keys ({gw:<id>}), so they use a key-safe alphabet.
 GATEWAY_ID_PATTERN = r"^[A-Za-z0-9_\-.]{1,64}$"
@@ -14,6 +15,7 @@ def _random_gateway_id() -> str:
     return secrets.token_hex(6)
 
 
+@dataclass(init=False, kw_only=True)
 class GatewaySettings(AuthSettings):
     """Token authorization (on by default) comes from :class:`AuthSettings`."""
 
@@ -30,7 +32,7 @@ class GatewaySettings(AuthSettings):
 
     # TorchServe's keys and defaults.
     grpc_inference_address: str = "127.0.0.1"
-    grpc_inference_port: int = Field(default=7070, ge=0, le=65535)
+    grpc_inference_port: Port = 7070
     # Largest inbound message (grpc.max_receive_message_length, REST body), TorchServe's default.
     max_request_size: PositiveInt = 6553500
     # Largest inbound KServe v2 gRPC message (ModelInfer and the streaming rpcs). The port's gRPC limit is
@@ -45,7 +47,7 @@ class GatewaySettings(AuthSettings):
     enable_metrics_api: bool = True
 
     # Names this gateway's reply stream; random per process so restarts never share a stream.
-    gateway_id: str = Field(default_factory=_random_gateway_id, pattern=GATEWAY_ID_PATTERN)
+    gateway_id: Annotated[str, Bounds(pattern=GATEWAY_ID_PATTERN)] = field(default_factory=_random_gateway_id)
     enable_reflection: bool = False
     # Calls beyond this are rejected with RESOURCE_EXHAUSTED by grpc itself (a deliberate ceiling:
     # past a few thousand concurrent calls grpc.aio starts cancelling calls on its own).
@@ -54,7 +56,7 @@ class GatewaySettings(AuthSettings):
     # response_timeout_s.
     default_request_timeout_s: PositiveFloat | None = None
     # In-flight calls get this long to finish after SIGTERM.
-    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    shutdown_grace_s: NonNegativeFloat = 30.0
 
     # Reply stream: heartbeat period (TTL refresh and vanish check), TTL, blocking read and batch size.
     heartbeat_interval_s: PositiveFloat = 1.0

@@ -187,7 +187,7 @@ class ManagementService:
         backoff, under the model's lock."""
         async with model_lock(self.redis, model, wait_s=self.config.lock_wait_s):
             record = await self._active_record(model, version)
-            updated = record.model_copy(update={"min_workers": low, "max_workers": high})
+            updated = dataclasses.replace(record, min_workers=low, max_workers=high)
             await self.redis.hset(
                 keys.version_config(model, version), registry.RECORD_FIELD, updated.to_json()
             )

@@ -7,17 +7,27 @@ flags do.
 """
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator
 from sluice.auth_settings import AuthSettings
+from sluice.typed import (
+    Bounds,
+    InvalidValue,
+    NonNegativeFloat,
+    NonNegativeInt,
+    Port,
+    PositiveFloat,
+    PositiveInt,
+)
 
 from sluice_manager.url_policy import UrlPolicy
 
 GIB = 1024**3
 
 
+@dataclass(init=False, kw_only=True)
 class ManagerSettings(AuthSettings):
     """Token authorization (on by default: disable_token_authorization, token_expiration_min, the key
     file) comes from :class:`AuthSettings`."""
@@ -74,15 +84,15 @@ class ManagerSettings(AuthSettings):
     models: str = ""
     # 0: startup models get 1 worker each (TorchServe would start one per CPU core, which runs a laptop
     # out of memory: torchserve.md section 8 row 10); registered models get 0 workers, as in TorchServe.
-    default_workers_per_model: int = Field(default=0, ge=0)
-    job_queue_size: int = Field(default=100, ge=1)
-    default_response_timeout_s: int = Field(default=120, ge=1)
-    default_startup_timeout_s: int = Field(default=120, ge=1)
-    unregister_model_timeout_s: int = Field(default=120, ge=1)
+    default_workers_per_model: NonNegativeInt = 0
+    job_queue_size: Annotated[int, Bounds(ge=1)] = 100
+    default_response_timeout_s: Annotated[int, Bounds(ge=1)] = 120
+    default_startup_timeout_s: Annotated[int, Bounds(ge=1)] = 120
+    unregister_model_timeout_s: Annotated[int, Bounds(ge=1)] = 120
     service_envelope: str = ""
     default_service_handler: str = ""
     # The manager does not import torch, so it cannot count GPUs: set number_of_gpu to hand them out.
-    number_of_gpu: int = Field(default=0, ge=0)
+    number_of_gpu: NonNegativeInt = 0
     # Register / unregister through the management API (off by default, as in TorchServe 0.12).
     enable_model_api: bool = False
     # Model URLs the manager may fetch (sluice_manager.url_policy): comma-separated regexes, empty by
@@ -90,8 +100,8 @@ class ManagerSettings(AuthSettings):
     # their network (CIDR) in allowed_url_networks.
     allowed_urls: str = ""
     allowed_url_networks: str = ""
-    download_max_bytes: int = Field(default=16 * GIB, gt=0)
-    download_timeout_s: float = Field(default=1800.0, gt=0)
+    download_max_bytes: PositiveInt = 16 * GIB
+    download_timeout_s: PositiveFloat = 1800.0
 
     # Runtime folder (SLUICE_HOME): extracted models in <home>/models, logs in <home>/logs.
     home: Path = Path("var")
@@ -108,47 +118,42 @@ class ManagerSettings(AuthSettings):
     # it costs that process's memory (~240 MiB RSS) while no worker needs it. A custom worker_module must
     # then accept --standby (sluice.worker_standby).
     worker_standby: bool = True
-    reconcile_interval_s: float = Field(default=1.0, gt=0)
+    reconcile_interval_s: PositiveFloat = 1.0
     # A READY worker whose heartbeat key has been gone this long while its process runs is killed.
-    heartbeat_grace_s: float = Field(default=2.0, ge=0)
-    lease_ttl_s: float = Field(default=10.0, gt=0)
+    heartbeat_grace_s: NonNegativeFloat = 2.0
+    lease_ttl_s: PositiveFloat = 10.0
     # A worker asked to stop (SIGTERM) gets this long to drain before SIGKILL.
-    worker_stop_timeout_s: float = Field(default=30.0, gt=0)
+    worker_stop_timeout_s: PositiveFloat = 30.0
 
-    archive_max_bytes: int = Field(default=16 * GIB, gt=0)
-    archive_max_entries: int = Field(default=10_000, gt=0)
-    archive_max_ratio: int = Field(default=100, gt=0)
+    archive_max_bytes: PositiveInt = 16 * GIB
+    archive_max_entries: PositiveInt = 10_000
+    archive_max_ratio: PositiveInt = 100
 
     # Management API: TorchServe's addresses and defaults (REST http://host:port or unix:/path).
     management_address: str = "http://127.0.0.1:8081"
     grpc_management_address: str = "127.0.0.1"
-    grpc_management_port: int = Field(default=7071, ge=0, le=65535)
-    max_request_size: int = Field(default=6553500, gt=0)
+    grpc_management_port: Port = 7071
+    max_request_size: PositiveInt = 6553500
     # How long a management call waits for another one holding the same model, before ABORTED / 409.
-    model_lock_wait_s: float = Field(default=2.0, ge=0)
+    model_lock_wait_s: NonNegativeFloat = 2.0
     # Control-plane tasks (Celery worker child): concurrent tasks, Redis visibility timeout (above the
     # longest task: downloads are capped at 30 min), attempts per operation, and the age after which
     # an unfinished operation that nobody runs is submitted again.
-    task_concurrency: int = Field(default=2, ge=1)
-    task_visibility_timeout_s: float = Field(default=3600.0, gt=0)
-    task_max_attempts: int = Field(default=3, ge=1)
-    task_orphan_after_s: float = Field(default=30.0, gt=0)
+    task_concurrency: Annotated[int, Bounds(ge=1)] = 2
+    task_visibility_timeout_s: PositiveFloat = 3600.0
+    task_max_attempts: Annotated[int, Bounds(ge=1)] = 3
+    task_orphan_after_s: PositiveFloat = 30.0
     # A registration waits this long for another operation on its model before its commit.
-    task_lock_wait_s: float = Field(default=30.0, ge=0)
+    task_lock_wait_s: NonNegativeFloat = 30.0
     # Fault injection (tests, T-18): a registration sleeps this long before its registry commit.
-    debug_pause_before_commit_s: float = Field(default=0.0, ge=0)
+    debug_pause_before_commit_s: NonNegativeFloat = 0.0
 
-    @field_validator("allowed_urls")
-    @classmethod
-    def _valid_patterns(cls, value: str) -> str:
-        UrlPolicy.parse(value)
-        return value
-
-    @field_validator("allowed_url_networks")
-    @classmethod
-    def _valid_networks(cls, value: str) -> str:
-        UrlPolicy.parse("", value)
-        return value
+    def check(self) -> None:
+        try:
+            UrlPolicy.parse(self.allowed_urls, self.allowed_url_networks)
+        except ValueError as exc:
+            # The message starts with the key it is about.
+            raise InvalidValue("", str(exc)) from None
 
     @property
     def models_path(self) -> Path:

@@ -6,6 +6,7 @@ A failed archive is logged and skipped, as TorchServe does; the others still loa
 """
 
 import asyncio
+import dataclasses
 import os
 import re
 import shutil
@@ -48,7 +49,7 @@ async def load_startup_models(
             continue
         models.append(StartupModel(model_name=record.model_name, version=record.version,
                                    min_workers=record.min_workers))  # fmt: skip
-    report = report.model_copy(update={"done": True, "models": models, "errors": errors})
+    report = dataclasses.replace(report, done=True, models=models, errors=errors)
     await redis.set(keys.STARTUP_REPORT, report.to_json())
     log.info("startup models registered", loaded=len(models), failed=len(errors))
     return report

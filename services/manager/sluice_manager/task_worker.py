@@ -8,10 +8,10 @@ import os
 import socket
 import sys
 
-from pydantic import ValidationError
 from sluice.log import configure_logging, get_logger
 from sluice.redis_client import connect
 from sluice.settings import describe_error
+from sluice.typed import InvalidValue
 
 from sluice_manager.archives import ExtractionLimits
 from sluice_manager.fetch import settings_download
@@ -99,7 +99,7 @@ def main() -> int:
     die_with_parent(os.environ)
     try:
         settings = ManagerSettings()
-    except ValidationError as exc:
+    except InvalidValue as exc:
         print(f"sluice manager tasks: {describe_error(exc)}", file=sys.stderr)
         return 2
     configure_logging("manager-tasks", settings.log_format, settings.log_level)

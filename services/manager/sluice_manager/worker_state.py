@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import cast
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from redis.exceptions import ResponseError
 from sluice import keys, registry
 from sluice.log import get_logger
@@ -47,7 +47,7 @@ def _text(value: bytes | str) -> str:
 def _launch(raw: bytes | str) -> LaunchRecord | None:
     try:
         return LaunchRecord.from_json(raw)
-    except ValidationError:
+    except ValueError:
         log.warning("ignoring an unreadable launch record")
         return None
 
@@ -56,7 +56,7 @@ def _worker(raw: bytes | str) -> WorkerRecord | None:
     # One malformed record must not stop the reconciliation of every model.
     try:
         return WorkerRecord.from_json(raw)
-    except ValidationError:
+    except ValueError:
         log.warning("ignoring an unreadable worker record")
         return None
 

@@ -5,12 +5,12 @@ authorization is **on** unless switched off. Sluice's own keys choose the key fi
 refusal gets and how long a process trusts the key digests it read from Redis.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
-
-from pydantic import Field
+from typing import Annotated, ClassVar, Literal
 
 from sluice.settings import CommonSettings
+from sluice.typed import Bounds, NonNegativeFloat
 
 # "torchserve": TorchServe 0.12's codes (gRPC PERMISSION_DENIED, REST 400 InvalidKeyException) for
 # every refusal. "standard": missing, malformed, unknown or expired token -> UNAUTHENTICATED / 401;
@@ -18,6 +18,7 @@ from sluice.settings import CommonSettings
 TokenErrorCodes = Literal["torchserve", "standard"]
 
 
+@dataclass(init=False, kw_only=True)
 class AuthSettings(CommonSettings):
     TS_KEYS: ClassVar[dict[str, str]] = {
         **CommonSettings.TS_KEYS,
@@ -30,14 +31,14 @@ class AuthSettings(CommonSettings):
 
     disable_token_authorization: bool = False
     # Lifetime of the inference and management keys (the API key, used only for /token, never expires).
-    token_expiration_min: float = Field(default=60.0, gt=0)
+    token_expiration_min: Annotated[float, Bounds(gt=0)] = 60.0
     # The operator's copy of the keys (written by the manager, mode 0600). Relative: to the working
     # directory, as TorchServe writes key_file.json to its working directory.
     key_file: Path = Path("key_file.json")
     token_error_codes: TokenErrorCodes = "torchserve"
     # How long a process reuses the key digests it read from Redis (a rotated key stops working
     # everywhere within this time; on the process that rotated it, at once). 0: read on every call.
-    token_cache_s: float = Field(default=1.0, ge=0)
+    token_cache_s: NonNegativeFloat = 1.0
 
     @property
     def token_auth_enabled(self) -> bool:

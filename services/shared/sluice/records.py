@@ -5,10 +5,10 @@ Stored as JSON in hashes (see :mod:`sluice.keys`), never pickled. Field names ca
 
 import enum
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
+from sluice.typed import Checked
 from sluice.v2_declaration import ModelTensors
 
 
@@ -25,10 +25,9 @@ class VersionState(enum.StrEnum):
     REMOVING = "removing"
 
 
-class VersionRecord(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class VersionRecord(Checked):
     """One registered model version: where its files are and how its workers run."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
 
     model_name: str
     version: str
@@ -54,16 +53,9 @@ class VersionRecord(BaseModel):
     loaded_at_startup: bool = False
     registered_unix_ms: int = 0
     # Custom keys of model-config.yaml, handed to the handler as context.model_yaml_config.
-    model_yaml_config: dict[str, Any] = {}
+    model_yaml_config: dict[str, Any] = field(default_factory=dict)
     # KServe v2 tensors the model declares (model-config.yaml `sluice:`, see sluice.v2_declaration).
-    tensors: ModelTensors = ModelTensors()
-
-    def to_json(self) -> str:
-        return self.model_dump_json()
-
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> "VersionRecord":
-        return cls.model_validate_json(raw)
+    tensors: ModelTensors = field(default_factory=ModelTensors)
 
 
 class WorkerStatus(enum.StrEnum):
@@ -72,10 +64,9 @@ class WorkerStatus(enum.StrEnum):
     UNLOADING = "UNLOADING"
 
 
-class WorkerRecord(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class WorkerRecord(Checked):
     """A worker as it announces itself in the version's ``workers`` hash."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
 
     worker_id: str
     pid: int
@@ -85,43 +76,27 @@ class WorkerRecord(BaseModel):
     device: str = "cpu"
     gpu: bool = False
 
-    def to_json(self) -> str:
-        return self.model_dump_json()
 
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> "WorkerRecord":
-        return cls.model_validate_json(raw)
-
-
-class StartupModel(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class StartupModel(Checked):
     """A model version the manager registered at startup and the workers it must have READY."""
-
-    model_config = ConfigDict(frozen=True)
 
     model_name: str
     version: str
     min_workers: int
 
 
-class StartupReport(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class StartupReport(Checked):
     """The manager's startup report (:data:`sluice.keys.STARTUP_REPORT`); ``sluice start`` waits on it.
 
     ``errors`` hold client-safe messages for startup models that could not be registered."""
 
-    model_config = ConfigDict(frozen=True)
-
     manager_pid: int
     started_unix_ms: int
     done: bool = False
-    models: list[StartupModel] = []
-    errors: list[str] = []
-
-    def to_json(self) -> str:
-        return self.model_dump_json()
-
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> "StartupReport":
-        return cls.model_validate_json(raw)
+    models: list[StartupModel] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
 
 def event(kind: str, model: str, version: str = "") -> str:

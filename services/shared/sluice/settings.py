@@ -4,29 +4,28 @@ in ``__main__`` and passes it down; nothing below reads ``os.environ``.
 Precedence: explicit values > ``SLUICE_*`` environment > TorchServe ``config.properties`` > defaults.
 Environment names are ``SLUICE_`` plus the field name, in any case.
 
-The layering is a before-validator on a plain pydantic model rather than pydantic-settings: every
-setting is a scalar, so the environment and config.properties only ever hand pydantic a string to
-convert. pydantic-settings brought 31 modules (its cloud secret providers among them) and ~1.2 MiB
-of resident memory to every service for that.
+Settings are dataclasses checked by :mod:`sluice.typed` (every setting is a scalar, so the
+environment and config.properties only ever hand it a string to convert). Subclasses are declared
+with ``@dataclass(init=False, kw_only=True)`` and keep this ``__init__``, which layers the sources;
+:meth:`CommonSettings.check` is the hook for rules across settings.
 """
 
 import argparse
 import os
+import types
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self
-
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from typing import Annotated, Any, ClassVar, Literal, Self, Union, get_args, get_origin
 
 from sluice.config_properties import properties_path, read_properties
+from sluice.typed import InvalidValue, field_hints, field_values
 
 ENV_PREFIX = "SLUICE_"
 
 
-class CommonSettings(BaseModel):
-    # Defaults are validated like given values; "model_" is a prefix of several settings' names.
-    model_config = ConfigDict(extra="ignore", validate_default=True, protected_namespaces=())
-
+@dataclass(init=False, kw_only=True)
+class CommonSettings:
     # TorchServe config.properties key -> field name; subclasses extend it.
     TS_KEYS: ClassVar[dict[str, str]] = {}
 
@@ -35,12 +34,18 @@ class CommonSettings(BaseModel):
     log_level: str = "info"
     ts_config: Path | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _layer_sources(cls, explicit: Any) -> Any:
-        if not isinstance(explicit, dict):
-            return explicit
-        return layered_values(cls, explicit, os.environ)
+    def __init__(self, **explicit: Any) -> None:
+        """Explicit values over the environment over config.properties over the defaults, each
+        converted and checked (:class:`InvalidValue` names the first bad one)."""
+        cls = type(self)
+        if "__dataclass_fields__" not in vars(cls):
+            raise TypeError(f"{cls.__name__} must be declared with @dataclass(init=False, kw_only=True)")
+        for name, value in field_values(cls, layered_values(cls, explicit, os.environ)).items():
+            setattr(self, name, value)
+        self.check()
+
+    def check(self) -> None:
+        """Raise :class:`InvalidValue` when the settings do not fit together."""
 
     @classmethod
     def from_command_line(cls, argv: Sequence[str] | None, prog: str) -> Self:
@@ -52,16 +57,16 @@ class CommonSettings(BaseModel):
         parser = argparse.ArgumentParser(
             prog=prog, description=f"Flags override {ENV_PREFIX}* variables and config.properties."
         )
-        for name, field in cls.model_fields.items():
+        for name, hint in field_hints(cls).items():
             flags = dict.fromkeys([f"--{name.replace('_', '-')}", f"--{name}"])
-            if field.annotation is bool:
+            if _is_bool(hint):
                 parser.add_argument(*flags, dest=name, nargs="?", const="true", metavar="BOOL")
             else:
                 parser.add_argument(*flags, dest=name, metavar=name.upper())
         given = {name: value for name, value in vars(parser.parse_args(argv)).items() if value is not None}
         try:
             return cls(**given)
-        except ValidationError as exc:
+        except InvalidValue as exc:
             parser.error(describe_error(exc))
 
 
@@ -75,7 +80,7 @@ def layered_values(
     """
     prefixed = {key.lower(): value for key, value in environ.items() if key.upper().startswith(ENV_PREFIX)}
     from_env = {
-        name: prefixed[key] for name in cls.model_fields if (key := f"{ENV_PREFIX}{name}".lower()) in prefixed
+        name: prefixed[key] for name in field_hints(cls) if (key := f"{ENV_PREFIX}{name}".lower()) in prefixed
     }
     given = {**from_env, **explicit}
     chosen = given.get("ts_config")
@@ -85,9 +90,17 @@ def layered_values(
     return {**from_file, **given}
 
 
-def describe_error(error: ValidationError) -> str:
-    """One line naming the first invalid setting, for a service that refuses to start."""
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    # A check across settings (a model validator) has no location.
-    return f"invalid setting {where}: {first['msg']}" if where else f"invalid settings: {first['msg']}"
+def describe_error(error: InvalidValue) -> str:
+    """One line naming the invalid setting, for a service that refuses to start."""
+    if not error.where:
+        return f"invalid settings: {error.problem}"
+    return f"invalid setting {error.where}: {error.problem}"
+
+
+def _is_bool(hint: Any) -> bool:
+    """Whether a setting is a flag (``bool``, optionally ``Annotated`` or ``| None``)."""
+    if get_origin(hint) is Annotated:
+        return _is_bool(get_args(hint)[0])
+    if get_origin(hint) in (Union, types.UnionType):
+        return any(_is_bool(arg) for arg in get_args(hint) if arg is not type(None))
+    return hint is bool

@@ -20,10 +20,10 @@ validation read it. A model that declares no tensors accepts any well-formed ten
 """
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from sluice.typed import Checked
 from sluice.v2_datatypes import DATATYPES
 
 SECTION = "sluice"
@@ -40,9 +40,8 @@ _TENSOR_KEYS = {"name", "datatype", "shape", "optional"}
 TensorLibrary = Literal["numpy", "torch"]
 
 
-class TensorSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
+@dataclass(frozen=True, kw_only=True)
+class TensorSpec(Checked):
     name: str
     datatype: str
     # Without the batch dimension when max_batch_size > 0; -1 = variable.
@@ -51,10 +50,9 @@ class TensorSpec(BaseModel):
     optional: bool = False
 
 
-class ModelTensors(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class ModelTensors(Checked):
     """A model version's v2 declaration; the defaults mean "nothing declared"."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
 
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()

@@ -17,9 +17,9 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from pydantic import ValidationError
 from sluice.log import configure_logging
 from sluice.settings import describe_error
+from sluice.typed import InvalidValue
 from sluice.worker_standby import STANDBY_FLAG, AssignmentError, await_assignment
 
 from sluice_worker import app
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             sys.exit(0)
     try:
         settings = parse_args(args)
-    except ValidationError as exc:
+    except InvalidValue as exc:
         print(f"sluice_worker: {describe_error(exc)}", file=sys.stderr)
         sys.exit(2)
     configure_logging("worker", settings.log_format, settings.log_level)

@@ -6,20 +6,15 @@ max deliveries) is not here: it comes from the version's record in Redis, writte
 
 import argparse
 from collections.abc import Sequence
-from typing import ClassVar, Self
+from dataclasses import dataclass
+from typing import ClassVar
 
-from pydantic import (
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    field_validator,
-    model_validator,
-)
 from sluice import names
 from sluice.settings import CommonSettings
+from sluice.typed import InvalidValue, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 
+@dataclass(init=False, kw_only=True)
 class WorkerSettings(CommonSettings):
     TS_KEYS: ClassVar[dict[str, str]] = {
         **CommonSettings.TS_KEYS,
@@ -45,19 +40,14 @@ class WorkerSettings(CommonSettings):
     # TorchServe's key: REST bodies sent as application/json or text/* reach handlers decoded.
     decode_input_request: bool = True
 
-    @field_validator("model_name", "model_version", "worker_id")
-    @classmethod
-    def _key_safe(cls, value: str | None) -> str | None:
+    def check(self) -> None:
         # These end up inside Redis keys and log lines.
-        if value is not None and not names.is_valid(value):
-            raise ValueError(f"not a valid name: {value!r}")
-        return value
-
-    @model_validator(mode="after")
-    def _ttl_exceeds_interval(self) -> Self:
+        for name in ("model_name", "model_version", "worker_id"):
+            value = getattr(self, name)
+            if value is not None and not names.is_valid(value):
+                raise InvalidValue(name, f"not a valid name: {value!r}")
         if self.heartbeat_ttl_s <= self.heartbeat_interval_s:
-            raise ValueError("heartbeat_ttl_s must exceed heartbeat_interval_s")
-        return self
+            raise InvalidValue("", "heartbeat_ttl_s must exceed heartbeat_interval_s")
 
     @property
     def heartbeat_ttl_ms(self) -> int:

@@ -2,6 +2,7 @@
 the status code AND an empty job stream. Workers are stood in for by the scripted responder."""
 
 import asyncio
+import dataclasses
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -169,7 +170,7 @@ async def test_a_model_without_workers_is_unavailable(
 async def test_unary_infer_on_a_decoupled_model_is_unimplemented(
     stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
 ) -> None:
-    await register(redis_client, "m", tensors=ADD_ONE.model_copy(update={"decoupled": True}))
+    await register(redis_client, "m", tensors=dataclasses.replace(ADD_ONE, decoupled=True))
     await responder(answer, model="m")
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.ModelInfer(add_one())

@@ -2,6 +2,7 @@
 gateway, with the scripted responder producing the worker's replies (checklist items 35-39, 41)."""
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
@@ -16,7 +17,7 @@ from tests.integration.kserve.conftest import ADD_ONE, jobs_queued, kserve_ok, r
 from tests.support.responder import Responder, failure
 
 Start = Callable[..., Awaitable[Responder]]
-DECOUPLED = ADD_ONE.model_copy(update={"decoupled": True})
+DECOUPLED = dataclasses.replace(ADD_ONE, decoupled=True)
 
 
 def request(

@@ -1,6 +1,7 @@
 """Workers dying, hanging, exiting and stopping: every job still gets exactly one final answer."""
 
 import asyncio
+import dataclasses
 import json
 import shutil
 import signal
@@ -130,7 +131,7 @@ async def test_a_job_past_max_deliveries_is_dead_lettered(
     await client.xreadgroup(keys.JOB_GROUP, "ghost", {stream: ">"}, count=2)
     await client.xclaim(stream, keys.JOB_GROUP, "ghost", 0, [poison_id])
     ghost = WorkerRecord(worker_id="ghost", pid=1, host="gone", status=WorkerStatus.READY, started_unix_ms=0)
-    phantom = ghost.model_copy(update={"worker_id": "phantom"})
+    phantom = dataclasses.replace(ghost, worker_id="phantom")
     await client.hset(
         keys.workers(model, "1.0"), mapping={"ghost": ghost.to_json(), "phantom": phantom.to_json()}
     )

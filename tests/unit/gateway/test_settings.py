@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
+from sluice.typed import InvalidValue
 from sluice_gateway.settings import GatewaySettings
 
 
@@ -38,7 +38,7 @@ def test_config_properties_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_gateway_ids_are_random_and_key_safe() -> None:
     first, second = GatewaySettings().gateway_id, GatewaySettings().gateway_id
     assert first != second
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidValue):
         GatewaySettings(gateway_id="a}b")
 
 

@@ -1,5 +1,7 @@
 """ModelMetadata / ModelConfig / ServerMetadata / statistics builders (checklist items 8, 9, 49, 50)."""
 
+import dataclasses
+
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v2_declaration import ModelTensors, TensorSpec
 from sluice_gateway.grpc_api import kserve_codec
@@ -115,10 +117,10 @@ def test_readiness_policies() -> None:
         models=[StartupModel(model_name="m", version="1", min_workers=2)],
     )
     assert not startup_complete(None, {})
-    assert not startup_complete(report.model_copy(update={"done": False}), {("m", "1"): 2})
+    assert not startup_complete(dataclasses.replace(report, done=False), {("m", "1"): 2})
     assert not startup_complete(report, {("m", "1"): 1})
     assert startup_complete(report, {("m", "1"): 2})
-    assert startup_complete(report.model_copy(update={"models": []}), {})
+    assert startup_complete(dataclasses.replace(report, models=[]), {})
     assert not version_ready(0, 0)
     assert version_ready(0, 1)
     assert not version_ready(2, 1)

@@ -4,6 +4,7 @@ import json
 
 import pytest
 from sluice.records import VersionRecord
+from sluice.typed import build
 from sluice_manager.model_views import (
     VersionView,
     WorkerView,
@@ -57,7 +58,7 @@ def record(**fields: object) -> VersionRecord:
         "model_name": "echo", "version": "2.0", "model_url": "echo.mar", "model_dir": "/x",
         "handler": "handler.py", "job_queue_size": 10,
     }  # fmt: skip
-    return VersionRecord.model_validate({**base, **fields})
+    return build(VersionRecord, {**base, **fields}, "")
 
 
 def test_describe_entry_order_and_values() -> None:

@@ -1,4 +1,6 @@
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from sluice.config_properties import parse_properties
@@ -29,8 +31,9 @@ def test_parse_properties_handles_comments_separators_and_continuations(
     assert parsed["flag"] == ""
 
 
+@dataclass(init=False, kw_only=True)
 class _Example(CommonSettings):
-    TS_KEYS = {"job_queue_size": "job_queue_size"}
+    TS_KEYS: ClassVar[dict[str, str]] = {"job_queue_size": "job_queue_size"}
     job_queue_size: int = 100
 
 

@@ -1,24 +1,29 @@
 """The shared settings layer: environment names, command-line flags and the one-line error."""
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, ClassVar
 
 import pytest
-from pydantic import Field, ValidationError, model_validator
 from sluice.settings import CommonSettings, describe_error
+from sluice.typed import Bounds, InvalidValue
 
 
+@dataclass(init=False, kw_only=True)
 class _Example(CommonSettings):
-    TS_KEYS = {"job_queue_size": "job_queue_size"}
-    job_queue_size: int = Field(default=100, ge=1)
+    TS_KEYS: ClassVar[dict[str, str]] = {"job_queue_size": "job_queue_size"}
+    job_queue_size: Annotated[int, Bounds(ge=1)] = 100
     enable_thing: bool = False
     model_store: Path | None = None
     burst: int = 1
 
-    @model_validator(mode="after")
-    def _burst_fits_queue(self) -> "_Example":
+    def check(self) -> None:
         if self.burst > self.job_queue_size:
-            raise ValueError("burst must not exceed job_queue_size")
-        return self
+            raise InvalidValue("", "burst must not exceed job_queue_size")
+
+
+class _Undecorated(_Example):
+    late: int = 0
 
 
 @pytest.fixture(autouse=True)
@@ -74,16 +79,18 @@ def test_invalid_values_name_the_setting(
     assert exited.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith("x: error: invalid setting job_queue_size: ")
     monkeypatch.setenv("SLUICE_JOB_QUEUE_SIZE", "0")
-    with pytest.raises(ValidationError) as from_env:
+    with pytest.raises(InvalidValue) as from_env:
         _Example()
-    assert describe_error(from_env.value) == (
-        "invalid setting job_queue_size: Input should be greater than or equal to 1"
-    )
+    assert describe_error(from_env.value) == "invalid setting job_queue_size: must be >= 1 (got 0)"
 
 
 def test_a_check_across_settings_is_described_without_a_location() -> None:
-    with pytest.raises(ValidationError) as refused:
+    with pytest.raises(InvalidValue) as refused:
         _Example(burst=5, job_queue_size=2)
-    assert describe_error(refused.value) == (
-        "invalid settings: Value error, burst must not exceed job_queue_size"
-    )
+    assert describe_error(refused.value) == "invalid settings: burst must not exceed job_queue_size"
+
+
+def test_a_subclass_must_be_a_settings_dataclass() -> None:
+    # Its own fields would silently never be read.
+    with pytest.raises(TypeError, match="@dataclass"):
+        _Undecorated()

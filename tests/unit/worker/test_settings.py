@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
+from sluice.typed import InvalidValue
 from sluice_worker.settings import WorkerSettings, parse_args
 
 
@@ -41,13 +41,13 @@ def test_defaults() -> None:
     ],
 )
 def test_invalid_settings_are_refused(overrides: dict[str, object]) -> None:
-    with pytest.raises(ValidationError):
-        WorkerSettings(**{"model_name": "m", "model_version": "1", **overrides})  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue):
+        WorkerSettings(**{"model_name": "m", "model_version": "1", **overrides})
 
 
 def test_model_name_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLUICE_MODEL_NAME", raising=False)
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidValue):
         parse_args(["--model-version", "1"])
 
 
