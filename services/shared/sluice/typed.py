@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Self, TypeVar, Union
 
 T = TypeVar("T")
+N = TypeVar("N", int, float)
 
 # Resolved field annotations per class (resolving them costs more than converting a record).
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -218,27 +219,27 @@ def _to_bool(value: Any, where: str) -> bool:
 
 
 def _to_int(value: Any, where: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise InvalidValue(where, f"must be an integer (got {_shown(value)})")
+    return _parsed(value, int, "an integer", where)
 
 
 def _to_float(value: Any, where: str) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    return _parsed(value, float, "a number", where)
+
+
+def _parsed(value: Any, kind: type[N], noun: str, where: str) -> N:
+    """``value`` if it already is a ``kind`` (a bool never is), else the ``kind`` a string spells."""
+    if isinstance(value, kind) and not isinstance(value, bool):
+        return value
     if isinstance(value, str):
         try:
-            return float(value.strip())
+            return kind(value.strip())
         except ValueError:
             pass
-    raise InvalidValue(where, f"must be a number (got {_shown(value)})")
+    raise InvalidValue(where, f"must be {noun} (got {_shown(value)})")
 
 
 def _to_str(value: Any, where: str) -> str:
