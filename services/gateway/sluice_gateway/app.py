@@ -16,12 +16,12 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
 from sluice import __version__ as sluice_version
 from sluice import keys
+from sluice.control_redis import COMMAND_TIMEOUT_S, ControlRedis
 from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
-from sluice.redis_client import COMMAND_TIMEOUT_S, connect
+from sluice.redis_errors import RedisError
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api import kserve, torchserve
@@ -58,9 +58,9 @@ class Gateway:
         self.rest_port = 0
         self.metrics_port = 0
         self.metrics = InferenceMetrics()
-        self.redis = connect(settings.redis_url)
-        # The hot path (enqueue, cancel flags) and the blocking reply read get pipelined connections
-        # of their own; everything else uses redis-py.
+        # Registry reads, health, the reply-stream script and registry events. The hot path (enqueue,
+        # cancel flags) and the blocking reply read get pipelined connections of their own.
+        self.redis = ControlRedis(settings.redis_url)
         self._hot_redis = PipelinedRedis(settings.redis_url, name="enqueue")
         self._reader_redis = PipelinedRedis(
             settings.redis_url, timeout_s=settings.reply_block_s + COMMAND_TIMEOUT_S, name="reply-reader"

@@ -3,10 +3,10 @@
 import asyncio
 import json
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from sluice import keys, registry
+from sluice.control_redis import ControlRedis
 from sluice.log import get_logger
+from sluice.redis_errors import RedisError
 
 log = get_logger(__name__)
 
@@ -27,7 +27,7 @@ class ModelHealth:
     """TorchServe's rule: healthy unless some model's default version has fewer live workers than
     its min_workers. Redis unreachable counts as unhealthy."""
 
-    def __init__(self, redis: "aioredis.Redis") -> None:
+    def __init__(self, redis: ControlRedis) -> None:
         self._redis = redis
 
     async def healthy(self) -> bool:
@@ -52,7 +52,7 @@ class ModelHealth:
         return True
 
 
-async def redis_answers(redis: "aioredis.Redis", timeout_s: float) -> bool:
+async def redis_answers(redis: ControlRedis, timeout_s: float) -> bool:
     """Whether Redis answers a PING within ``timeout_s``."""
     try:
         async with asyncio.timeout(timeout_s):

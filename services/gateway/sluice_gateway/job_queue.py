@@ -9,11 +9,11 @@ import hashlib
 from pathlib import Path
 from typing import Protocol
 
-from redis.exceptions import RedisError, ResponseError
 from sluice import keys
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
+from sluice.redis_errors import RedisError, ReplyError
 
 from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
 
@@ -53,7 +53,7 @@ class RedisJobQueue:
         ]
         try:
             outcome = await self._redis.evalsha(_SCRIPT_SHA, _SCRIPT, script_keys, [job])
-        except ResponseError as exc:
+        except ReplyError as exc:
             if str(exc).startswith("OOM"):  # maxmemory reached: as good as a full queue
                 raise SluiceError(ErrorCode.QUEUE_FULL, no_worker_message(model)) from exc
             raise SluiceError(ErrorCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc

@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from sluice import keys, registry
+from sluice.control_redis import ControlRedis
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.records import VersionRecord
+from sluice.redis_errors import RedisError
 from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.backoff import Backoff
@@ -52,7 +52,7 @@ def model_not_found(model: str) -> SluiceError:
 
 class RegistryCache:
     def __init__(
-        self, redis: "aioredis.Redis", *, ttl_s: float, clock: Callable[[], float] = time.monotonic
+        self, redis: ControlRedis, *, ttl_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._redis = redis
         self._ttl_s = ttl_s
@@ -139,7 +139,7 @@ class RegistryEvents:
     Every (re)subscription clears the whole cache: events published while we were not subscribed
     are lost."""
 
-    def __init__(self, redis: "aioredis.Redis", cache: VersionResolver) -> None:
+    def __init__(self, redis: ControlRedis, cache: VersionResolver) -> None:
         self._redis = redis
         self._cache = cache
         self._task: asyncio.Task[None] | None = None
@@ -174,7 +174,6 @@ class RegistryEvents:
                 if message is None:
                     continue
                 if message["type"] == "subscribe":
-                    # Also seen after redis-py silently reconnected and resubscribed.
                     self._cache.invalidate()
                     self.subscribed.set()
                     backoff.reset()

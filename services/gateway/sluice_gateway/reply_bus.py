@@ -10,11 +10,11 @@ is reset.
 import asyncio
 from typing import Any
 
-from redis.exceptions import RedisError
 from sluice.envelope import FIELD, EnvelopeError, decode_reply
 from sluice.errors import SluiceError
 from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
+from sluice.redis_errors import RedisError
 from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.backoff import Backoff

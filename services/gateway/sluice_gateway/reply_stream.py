@@ -8,11 +8,11 @@ flight lost its reply path, so their calls fail at once with UNAVAILABLE instead
 import asyncio
 from pathlib import Path
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from sluice import keys
+from sluice.control_redis import ControlRedis
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
+from sluice.redis_errors import RedisError
 from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.reply_bus import ReplyBus
@@ -26,7 +26,7 @@ _SCRIPT = Path(__file__).with_name("keep_reply_stream.lua").read_text()
 class ReplyStreamKeeper:
     def __init__(
         self,
-        redis: "aioredis.Redis",
+        redis: ControlRedis,
         bus: ReplyBus,
         gateway_id: str,
         *,

@@ -9,15 +9,14 @@ through the ``interceptors`` / ``rest_middlewares`` seams.
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis.asyncio as aioredis
 from sluice.auth_grpc import TokenAuthInterceptor
 from sluice.auth_keys import KeyKind
 from sluice.auth_settings import TokenErrorCodes
 from sluice.auth_store import TokenStore, TokenVerifier
+from sluice.control_redis import ControlRedis
 from sluice.exposure import check_listener
 from sluice.http_listener import parse_address
 from sluice.log import get_logger
-from sluice.redis_client import connect
 
 from sluice_gateway.settings import GatewaySettings
 
@@ -29,7 +28,7 @@ class GatewaySecurity:
     interceptors: list[Any] = field(default_factory=list)
     verifier: TokenVerifier | None = None
     codes: TokenErrorCodes | None = None
-    _redis: "aioredis.Redis | None" = None
+    _redis: ControlRedis | None = None
 
     def rest_middlewares(self) -> list[Any]:
         """The REST listener's middlewares, built when it starts: aiohttp is imported then, after the
@@ -49,7 +48,7 @@ def gateway_security(settings: GatewaySettings) -> GatewaySecurity:
     if not settings.token_auth_enabled:
         log.warning("token authorization is OFF (disable_token_authorization): any caller can infer")
         return GatewaySecurity()
-    redis = connect(settings.redis_url)
+    redis = ControlRedis(settings.redis_url, name="token-keys")
     verifier = TokenVerifier(TokenStore(redis), cache_s=settings.token_cache_s)
     codes = settings.token_error_codes
     return GatewaySecurity(

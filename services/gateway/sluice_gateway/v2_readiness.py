@@ -4,11 +4,11 @@ has its minimum of live workers; a model version is ready while it has a live wo
 
 from collections.abc import Mapping
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from sluice import keys, registry
+from sluice.control_redis import ControlRedis
 from sluice.log import get_logger
 from sluice.records import StartupReport
+from sluice.redis_errors import RedisError
 
 log = get_logger(__name__)
 
@@ -27,7 +27,7 @@ def version_ready(min_workers: int, live_workers: int) -> bool:
 
 
 class RegistryReadiness:
-    def __init__(self, redis: "aioredis.Redis") -> None:
+    def __init__(self, redis: ControlRedis) -> None:
         self._redis = redis
 
     async def startup_models_ready(self) -> bool:

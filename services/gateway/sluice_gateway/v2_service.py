@@ -13,12 +13,12 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from sluice import keys, names, registry
+from sluice.control_redis import ControlRedis
 from sluice.envelope import Protocol, Reply
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import VersionRecord
+from sluice.redis_errors import RedisError
 
 from sluice_gateway.dataplane import DataPlane, InferenceCall
 from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
@@ -110,7 +110,7 @@ class V2Service:
         self,
         plane: DataPlane,
         resolver: VersionResolver,
-        redis: "aioredis.Redis",
+        redis: ControlRedis,
         *,
         gateway_ready: Callable[[], Awaitable[bool]],
         version: str,

@@ -12,14 +12,17 @@ import hmac
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-from redis.typing import EncodableT, FieldT
-
-from sluice import keys
+from sluice import keys, redis_errors
 from sluice.auth_keys import Key, KeyKind, KeySet, digest
 from sluice.log import get_logger
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+    from redis.typing import EncodableT, FieldT
+
+    from sluice.control_redis import ControlRedis
 
 log = get_logger(__name__)
 
@@ -70,7 +73,7 @@ def _expiry_field(kind: KeyKind) -> str:
 class TokenStore:
     """Reads and writes ``keys.AUTH_KEYS``."""
 
-    def __init__(self, redis: "aioredis.Redis") -> None:
+    def __init__(self, redis: "aioredis.Redis | ControlRedis") -> None:
         self._redis = redis
 
     async def load(self) -> StoredKeys:
@@ -102,7 +105,7 @@ class TokenStore:
             await pipe.execute()
 
 
-def _fields(kind: KeyKind, key: Key) -> dict[FieldT, EncodableT]:
+def _fields(kind: KeyKind, key: Key) -> "dict[FieldT, EncodableT]":
     fields: dict[FieldT, EncodableT] = {kind.value: digest(key.value)}
     if key.expires_unix_ms is not None:
         fields[_expiry_field(kind)] = str(key.expires_unix_ms)
@@ -165,9 +168,10 @@ class TokenVerifier:
             return self._snapshot
 
     async def _refresh(self) -> None:
+        unreadable: tuple[type[BaseException], ...] = (*redis_errors.failures(), OSError)
         try:
             self._snapshot = await self._store.load()
-        except (RedisError, OSError) as exc:
+        except unreadable as exc:
             self._warn("token keys unreadable; using the last keys read", error=str(exc))
         # Also after a failure: the next read is tried after cache_s, not on every call.
         self._read_at = self._monotonic()

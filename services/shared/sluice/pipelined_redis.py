@@ -3,17 +3,18 @@ every command issued during one event-loop turn leaves in a single write.
 
 Why not redis-py here: per command it takes a pooled connection, builds and parses in Python and
 writes once (profiles showed 20 to 35% of the gateway's and the worker's CPU in it). This client keeps
-what the hot path needs — commands in order on one socket, errors as redis-py's exception classes so
-callers keep their ``except RedisError`` — and nothing else. Everything off the hot path (management,
-heartbeats, claim scans) stays on redis-py.
+what the hot path needs — commands in order on one socket, failures as :mod:`sluice.redis_errors` —
+and nothing else. The gateway's control plane runs on it too (:mod:`sluice.control_redis`); the
+worker's and the manager's off-hot-path work (management, heartbeats, claim scans) stays on redis-py.
 
 Contract:
 - :meth:`send` queues a command and returns a future for its reply; the bytes go out at the end of the
   current loop turn together with the other commands queued in it. Replies come back in order.
-- Redis error replies resolve the future with :class:`redis.exceptions.ResponseError`.
+- Redis error replies resolve the future with :class:`sluice.redis_errors.ReplyError`.
 - The connection opens on first use and again after it was lost; a loss (or a reply overdue past its
-  timeout) fails every command in flight with ``ConnectionError`` / ``TimeoutError``. Nothing is
+  timeout) fails every command in flight with :class:`sluice.redis_errors.RedisDown`. Nothing is
   retried here: whether a command may run twice is the caller's call.
+- Messages nobody asked for (pub/sub) go to ``on_push``; ``on_lost`` hears of every lost connection.
 - A blocking command (``XREAD BLOCK``) holds the connection: give blocking reads a client of their own,
   and pass a timeout longer than the block.
 """
@@ -24,14 +25,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
-from redis.connection import parse_url
-from redis.exceptions import BusyLoadingError, InvalidResponse, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sluice.log import get_logger
+from sluice.redis_errors import RedisDown, ReplyError
 
 log = get_logger(__name__)
 
@@ -40,8 +39,9 @@ CONNECT_TIMEOUT_S = 5.0
 
 Arg = bytes | str | int | float
 
-# redis-py's URL parser (query options, unix sockets, credentials), typed.
-_parse_url: Callable[[str], dict[str, Any]] = parse_url
+
+class _BadReply(Exception):
+    """What hiredis raises on bytes that are not RESP."""
 
 
 def pack(command: tuple[Arg, ...]) -> bytes:
@@ -50,11 +50,11 @@ def pack(command: tuple[Arg, ...]) -> bytes:
     return packed
 
 
-def _classify(error: ResponseError) -> Exception:
-    """A Redis that is still loading its data counts as down (redis-py's BusyLoadingError is a
-    ConnectionError), so callers wait it out like a restart; other error replies stay ResponseError."""
+def _classify(error: ReplyError) -> Exception:
+    """A Redis that is still loading its data counts as down, so callers wait it out like a restart;
+    other error replies stay ReplyError."""
     message = str(error)
-    return BusyLoadingError(message) if message.startswith("LOADING") else error
+    return RedisDown(message) if message.startswith("LOADING") else error
 
 
 @dataclass(frozen=True)
@@ -71,15 +71,28 @@ class Endpoint:
 
     @classmethod
     def from_url(cls, url: str) -> "Endpoint":
-        parsed = _parse_url(url)
+        """``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` or
+        ``unix://[[user]:password@]/path[?db=N]`` (redis-py's forms); ValueError if it is none."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"not a Redis URL (redis://, rediss:// or unix://): {url!r}")
+        query = parse_qs(parts.query)
+        db_text = query["db"][0] if "db" in query else ""
+        if parts.scheme != "unix" and parts.path.strip("/"):
+            db_text = parts.path.strip("/")
+        try:
+            db = int(db_text or 0)
+            port = parts.port or 6379
+        except ValueError:
+            raise ValueError(f"bad port or db in Redis URL {url!r}") from None
         return cls(
-            host=parsed.get("host") or "127.0.0.1",
-            port=int(parsed.get("port") or 6379),
-            path=parsed.get("path"),
-            db=int(parsed.get("db") or 0),
-            username=parsed.get("username"),
-            password=parsed.get("password"),
-            tls=url.startswith("rediss://"),
+            host=parts.hostname or "127.0.0.1",
+            port=port,
+            path=unquote(parts.path) if parts.scheme == "unix" else None,
+            db=db,
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password is not None else None,
+            tls=parts.scheme == "rediss",
         )
 
     def handshake(self) -> list[tuple[Arg, ...]]:
@@ -113,14 +126,24 @@ class _Protocol(asyncio.Protocol):
 
 
 class PipelinedRedis:
-    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, name: str = "redis") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        name: str = "redis",
+        on_push: Callable[[Any], None] | None = None,
+        on_lost: Callable[[Exception], None] | None = None,
+    ) -> None:
         self._endpoint = Endpoint.from_url(url)
         self._timeout_s = timeout_s
         self._name = name
+        self._on_push = on_push
+        self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Task[None] | None = None
-        self._reader = hiredis.Reader(protocolError=InvalidResponse, replyError=ResponseError)
+        self._reader = hiredis.Reader(protocolError=_BadReply, replyError=ReplyError)
         self._pending: deque[_Pending] = deque()
         self._out: list[bytes] = []
         self._flush_scheduled = False
@@ -139,7 +162,7 @@ class PipelinedRedis:
             loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if self._closed:
-            future.set_exception(RedisConnectionError(f"{self._name}: client closed"))
+            future.set_exception(RedisDown(f"{self._name}: client closed"))
             return future
         deadline = loop.time() + (self._timeout_s if timeout_s is None else timeout_s)
         self._pending.append(_Pending(future, deadline))
@@ -161,7 +184,7 @@ class PipelinedRedis:
         """Run a Lua script by digest, loading it with EVAL when Redis does not know it (restart)."""
         try:
             return await self.send("EVALSHA", sha, len(keys), *keys, *args)
-        except ResponseError as exc:
+        except ReplyError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
         return await self.send("EVAL", script, len(keys), *keys, *args)
@@ -172,7 +195,7 @@ class PipelinedRedis:
         if self._connecting is not None:
             self._connecting.cancel()
             await asyncio.gather(self._connecting, return_exceptions=True)
-        self._disconnect(RedisConnectionError(f"{self._name}: client closed"))
+        self._disconnect(RedisDown(f"{self._name}: client closed"))
 
     # Connection -----------------------------------------------------------------------------------
     async def _connect(self) -> None:
@@ -190,13 +213,13 @@ class PipelinedRedis:
                     )
         except (OSError, TimeoutError) as exc:
             self._connecting = None
-            self._fail_all(RedisConnectionError(f"{self._name}: cannot connect to Redis: {exc}"))
+            self._fail_all(RedisDown(f"{self._name}: cannot connect to Redis: {exc}"))
             return
         except asyncio.CancelledError:
             self._connecting = None
             raise
         self._transport, self._protocol, self._connecting = transport, protocol, None
-        self._reader = hiredis.Reader(protocolError=InvalidResponse, replyError=ResponseError)
+        self._reader = hiredis.Reader(protocolError=_BadReply, replyError=ReplyError)
         commands = endpoint.handshake()
         deadline = loop.time() + self._timeout_s
         self._pending.extendleft(_Pending(loop.create_future(), deadline, handshake=True) for _ in commands)
@@ -216,23 +239,26 @@ class PipelinedRedis:
         while True:
             try:
                 reply = self._reader.gets()
-            except InvalidResponse as exc:
-                self._disconnect(RedisConnectionError(f"{self._name}: bad reply from Redis: {exc}"))
+            except _BadReply as exc:
+                self._disconnect(RedisDown(f"{self._name}: bad reply from Redis: {exc}"))
                 return
             if reply is False:  # incomplete (a nil reply is None)
                 return
             if not self._pending:
-                self._disconnect(RedisConnectionError(f"{self._name}: reply without a command"))
+                if self._on_push is not None:
+                    self._on_push(reply)
+                    continue
+                self._disconnect(RedisDown(f"{self._name}: reply without a command"))
                 return
             item = self._pending.popleft()
             future = item.future
-            if item.handshake and isinstance(reply, ResponseError):
+            if item.handshake and isinstance(reply, ReplyError):
                 log.error("redis refused the connection", client=self._name, error=str(reply))
-                self._disconnect(RedisConnectionError(f"{self._name}: Redis refused the connection: {reply}"))
+                self._disconnect(RedisDown(f"{self._name}: Redis refused the connection: {reply}"))
                 return
             if future.done():  # its caller was cancelled (or a handshake step): the reply is consumed
                 continue
-            if isinstance(reply, ResponseError):
+            if isinstance(reply, ReplyError):
                 future.set_exception(_classify(reply))
             else:
                 future.set_result(reply)
@@ -241,7 +267,7 @@ class PipelinedRedis:
         if protocol is not self._protocol:
             return
         reason = f": {exc}" if exc is not None else ""
-        self._disconnect(RedisConnectionError(f"{self._name}: connection to Redis lost{reason}"))
+        self._disconnect(RedisDown(f"{self._name}: connection to Redis lost{reason}"))
 
     def _disconnect(self, error: Exception) -> None:
         transport = self._transport
@@ -249,6 +275,8 @@ class PipelinedRedis:
         if transport is not None:
             transport.abort()
         self._fail_all(error)
+        if transport is not None and self._on_lost is not None:
+            self._on_lost(error)
 
     def _fail_all(self, error: Exception) -> None:
         self._out.clear()
@@ -272,6 +300,6 @@ class PipelinedRedis:
             return
         loop = self._loop
         if self._pending[0].deadline <= loop.time():
-            self._disconnect(RedisTimeoutError(f"{self._name}: Redis did not answer in time"))
+            self._disconnect(RedisDown(f"{self._name}: Redis did not answer in time"))
             return
         self._arm_timer(loop)

@@ -4,12 +4,19 @@ Version resolution is a pure function (:func:`choose_version`) so it can be test
 """
 
 import time
-
-import redis.asyncio as aioredis
+from typing import TYPE_CHECKING
 
 from sluice import keys
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import VersionRecord, VersionState, WorkerRecord
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from sluice.control_redis import ControlRedis
+
+    # The readers serve the gateway's client and the other services' redis-py client.
+    AnyRedis = aioredis.Redis | ControlRedis
 
 RECORD_FIELD = "record"
 DEFAULT_FIELD = "default"
@@ -31,7 +38,7 @@ def choose_version(model: str, requested: str, default: str | None, versions: se
     return requested
 
 
-async def model_versions(redis: "aioredis.Redis", model: str) -> tuple[str | None, set[str]]:
+async def model_versions(redis: "AnyRedis", model: str) -> tuple[str | None, set[str]]:
     """(default version, all versions) of ``model``; (None, set()) when it is not registered."""
     raw = await redis.hgetall(keys.model(model))
     default: str | None = None
@@ -49,12 +56,12 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-async def resolve_version(redis: "aioredis.Redis", model: str, requested: str) -> str:
+async def resolve_version(redis: "AnyRedis", model: str, requested: str) -> str:
     default, versions = await model_versions(redis, model)
     return choose_version(model, requested, default, versions)
 
 
-async def get_version(redis: "aioredis.Redis", model: str, version: str) -> VersionRecord | None:
+async def get_version(redis: "AnyRedis", model: str, version: str) -> VersionRecord | None:
     raw = await redis.hget(keys.version_config(model, version), RECORD_FIELD)
     return None if raw is None else VersionRecord.from_json(raw)
 
@@ -80,7 +87,7 @@ async def put_version(redis: "aioredis.Redis", record: VersionRecord, *, make_de
         await pipe.execute()
 
 
-async def live_workers(redis: "aioredis.Redis", model: str, version: str) -> list[WorkerRecord]:
+async def live_workers(redis: "AnyRedis", model: str, version: str) -> list[WorkerRecord]:
     """Workers of a version that announced themselves and whose heartbeat has not expired."""
     raw = await redis.hgetall(keys.workers(model, version))
     records = [WorkerRecord.from_json(value) for value in raw.values()]

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 from sluice import envelope, keys
 from sluice.log import get_logger
 from sluice.pipelined_redis import Arg, PipelinedRedis
+from sluice.redis_errors import RedisError, ReplyError
 
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import Outgoing
@@ -76,7 +77,7 @@ class JobQueue:
             command += ["BLOCK", block_ms]
         try:
             response: Any = await self._hot.send(*command, "STREAMS", self.stream, ">")
-        except ResponseError as exc:
+        except ReplyError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             # Redis lost the stream (restart without persistence, or someone deleted it). Every entry
@@ -207,7 +208,7 @@ async def _settle(sent: "list[asyncio.Future[Any]]") -> None:
     for future in sent:
         try:
             await future
-        except ResponseError as exc:
+        except ReplyError as exc:
             log.error("reply or ack failed", error=str(exc))
         except RedisError as exc:
             down = down or exc

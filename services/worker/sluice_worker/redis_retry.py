@@ -5,15 +5,26 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError as RedisPyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from sluice import redis_errors
 from sluice.log import get_logger
 
 T = TypeVar("T")
 log = get_logger(__name__)
 
-# What a Redis that is down, restarting or still loading its AOF looks like (BusyLoadingError is a
-# ConnectionError).
-REDIS_DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+# The worker talks to Redis through redis-py (bookkeeping, claim scans, heartbeats) and through
+# Sluice's pipelined client (the hot path), whose failures are sluice.redis_errors.
+# What a Redis that is down, restarting or still loading its AOF looks like (redis-py's
+# BusyLoadingError is a ConnectionError).
+REDIS_DOWN: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    redis_errors.RedisDown,
+    OSError,
+)
+# Any failed command, from either client.
+REDIS_FAILED: tuple[type[BaseException], ...] = (RedisPyError, redis_errors.RedisError)
 
 
 class Backoff:

@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
-from redis.exceptions import RedisError
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.v2_declaration import ModelTensors
@@ -21,7 +20,7 @@ from sluice_worker.delivery import Delivery
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.job_queue import JobQueue
 from sluice_worker.reclaim import Reclaimer
-from sluice_worker.redis_retry import REDIS_DOWN, Backoff, until_done
+from sluice_worker.redis_retry import REDIS_DOWN, REDIS_FAILED, Backoff, until_done
 from sluice_worker.replies import WORKER_DIED, Outgoing, ReplyBook, failure
 from sluice_worker.sink import ReplySink
 from sluice_worker.torch_thread import HandlerExit, TorchThread
@@ -123,7 +122,7 @@ class Worker:
         timeout is coarse, so the idle read keeps blocking.)"""
         try:
             got = await self._queue.read(count, None if filling else block_ms)
-        except RedisError as exc:
+        except REDIS_FAILED as exc:
             delay_s = self._read_backoff.next_delay_s()
             log.warning("reading jobs failed, retrying", error=str(exc), retry_in_s=delay_s)
             await asyncio.sleep(delay_s)
@@ -139,7 +138,7 @@ class Worker:
     async def _scan(self, held: list[Delivery]) -> list[Delivery]:
         try:
             return await self._reclaimer.scan({delivery.entry_id for delivery in held})
-        except RedisError as exc:
+        except REDIS_FAILED as exc:
             log.warning("claim scan failed, will retry", error=str(exc))
             return []
 

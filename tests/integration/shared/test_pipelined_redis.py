@@ -7,10 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from sluice.pipelined_redis import PipelinedRedis
+from sluice.pipelined_redis import Endpoint, PipelinedRedis
+from sluice.redis_errors import RedisDown, ReplyError
 
 from tests.support.redis_server import RedisServer, free_port, redis_with_socket
 
@@ -41,7 +39,7 @@ async def test_an_error_reply_fails_its_command_only(client: PipelinedRedis) -> 
     await client.execute("SET", "text", "x")
     failing = client.send("INCR", "text")
     after = client.send("INCR", "number")
-    with pytest.raises(ResponseError, match="not an integer"):
+    with pytest.raises(ReplyError, match="not an integer"):
         await failing
     assert await after == 1
 
@@ -69,9 +67,9 @@ async def test_the_database_of_the_url_is_selected(redis_server: RedisServer) ->
 async def test_a_reply_overdue_fails_with_timeout_and_the_client_recovers(client: PipelinedRedis) -> None:
     blocked = client.send("XREAD", "BLOCK", 3000, "STREAMS", "nothing", "$", timeout_s=0.3)
     queued_behind = client.send("PING")
-    with pytest.raises(RedisTimeoutError):
+    with pytest.raises(RedisDown):
         await blocked
-    with pytest.raises(RedisTimeoutError):
+    with pytest.raises(RedisDown):
         await queued_behind
     assert await client.execute("PING") == b"PONG"
 
@@ -92,9 +90,9 @@ async def test_redis_going_away_fails_commands_in_flight_then_reconnects(
     blocked = client.send("XREAD", "BLOCK", 5000, "STREAMS", "nothing", "$")
     await asyncio.sleep(0.1)
     redis_server.kill()
-    with pytest.raises(RedisConnectionError):
+    with pytest.raises(RedisDown):
         await blocked
-    with pytest.raises(RedisConnectionError):  # nobody listens: refused at once, no hang
+    with pytest.raises(RedisDown):  # nobody listens: refused at once, no hang
         await client.execute("PING")
     redis_server.start()
     assert await client.execute("GET", "before") == b"1"  # AOF kept it; a new connection read it
@@ -103,7 +101,7 @@ async def test_redis_going_away_fails_commands_in_flight_then_reconnects(
 async def test_an_unreachable_redis_is_a_connection_error() -> None:
     pipelined = PipelinedRedis(f"redis://127.0.0.1:{free_port()}/0")
     try:
-        with pytest.raises(RedisConnectionError, match="cannot connect"):
+        with pytest.raises(RedisDown, match="cannot connect"):
             await pipelined.execute("PING")
     finally:
         await pipelined.close()
@@ -112,7 +110,7 @@ async def test_an_unreachable_redis_is_a_connection_error() -> None:
 async def test_a_closed_client_refuses_commands(client: PipelinedRedis) -> None:
     assert await client.execute("PING") == b"PONG"
     await client.close()
-    with pytest.raises(RedisConnectionError, match="closed"):
+    with pytest.raises(RedisDown, match="closed"):
         await client.execute("PING")
 
 
@@ -124,7 +122,7 @@ async def test_the_credentials_of_the_url_are_used(
     wrong = PipelinedRedis(f"redis://:wrong@127.0.0.1:{redis_server.port}/0")
     try:
         assert await good.execute("PING") == b"PONG"
-        with pytest.raises(RedisConnectionError, match="refused"):
+        with pytest.raises(RedisDown, match="refused"):
             await wrong.execute("PING")
     finally:
         await good.close()
@@ -144,3 +142,24 @@ async def test_a_unix_socket_url_reaches_its_database() -> None:
             assert await direct.get("k") == b"v"
         finally:
             await direct.aclose()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://127.0.0.1:6380/2", Endpoint(port=6380, db=2)),
+        ("redis://r", Endpoint(host="r")),
+        ("rediss://:p%40ss@r:1", Endpoint(host="r", port=1, password="p@ss", tls=True)),
+        ("redis://u:pw@r/0", Endpoint(host="r", username="u", password="pw")),
+        ("unix://:pw@/run/redis.sock?db=4", Endpoint(path="/run/redis.sock", db=4, password="pw")),
+        ("redis://r:6379?db=5", Endpoint(host="r", db=5)),
+    ],
+)
+def test_redis_urls_are_read_as_redis_py_reads_them(url: str, expected: Endpoint) -> None:
+    assert Endpoint.from_url(url) == expected
+
+
+@pytest.mark.parametrize("url", ["http://r:6379", "redis://r:port", "redis://r/zero"])
+def test_a_url_that_is_not_redis_is_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="Redis URL"):
+        Endpoint.from_url(url)

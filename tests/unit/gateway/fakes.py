@@ -3,9 +3,9 @@
 import asyncio
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from sluice import keys, registry
 from sluice.records import VersionRecord, VersionState
+from sluice.redis_errors import RedisDown
 
 
 class FakeRegistryRedis:
@@ -32,7 +32,7 @@ class FakeRegistryRedis:
         if self.gate is not None:
             await self.gate.wait()
         if self.down:
-            raise RedisConnectionError("down")
+            raise RedisDown("down")
 
     async def hgetall(self, key: str) -> dict[bytes, bytes]:
         await self._read()

@@ -88,7 +88,6 @@ class Readiness:
 
     async def stop(self) -> None:
         if self._task is not None:
-            # The probe's redis-py PING can turn the cancellation into a RedisError that the loop
-            # survives: cancel until the task is done.
+            # Cancel until the task is done, even if a probe swallowed one cancellation.
             await cancel_and_wait(self._task)
             self._task = None

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 from sluice import keys, registry
+from sluice.control_redis import ControlRedis
 
 from sluice_gateway.metrics.exposition import MetricFamily, Sample, histogram_samples
 
@@ -34,7 +34,7 @@ class VersionStats:
         return [("model_name", self.model), ("model_version", self.version)]
 
 
-async def _versions(redis: "aioredis.Redis") -> list[tuple[str, str]]:
+async def _versions(redis: ControlRedis) -> list[tuple[str, str]]:
     raw_models: Any = await redis.zrange(keys.MODELS, 0, -1)
     models = [_text(name) for name in raw_models]
     async with redis.pipeline(transaction=False) as pipe:
@@ -50,7 +50,7 @@ async def _versions(redis: "aioredis.Redis") -> list[tuple[str, str]]:
     ]
 
 
-async def read_stats(redis: "aioredis.Redis") -> list[VersionStats]:
+async def read_stats(redis: ControlRedis) -> list[VersionStats]:
     versions = await _versions(redis)
     async with redis.pipeline(transaction=False) as pipe:
         for model, version in versions:

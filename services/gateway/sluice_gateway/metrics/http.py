@@ -1,10 +1,10 @@
 """``GET /metrics`` on ``metrics_address``: Prometheus text format 0.0.4, ``?name[]=`` filtering, no
 token (as in TorchServe). If Redis does not answer, the gateway's own counters are still served."""
 
-import redis.asyncio as aioredis
 from aiohttp import web
-from redis.exceptions import RedisError
+from sluice.control_redis import ControlRedis
 from sluice.log import get_logger
+from sluice.redis_errors import RedisError
 
 from sluice_gateway.metrics import cluster
 from sluice_gateway.metrics.exposition import CONTENT_TYPE, MetricFamily, render, select
@@ -14,7 +14,7 @@ log = get_logger(__name__)
 
 
 class MetricsRoutes:
-    def __init__(self, inference: InferenceMetrics, redis: "aioredis.Redis") -> None:
+    def __init__(self, inference: InferenceMetrics, redis: ControlRedis) -> None:
         self._inference = inference
         self._redis = redis
 

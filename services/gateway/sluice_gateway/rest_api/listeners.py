@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
+from sluice.control_redis import ControlRedis
 from sluice.http_listener import HttpListener, parse_address
 
 from sluice_gateway.dataplane import DataPlane
@@ -32,7 +32,7 @@ def inference_listener(
 
 
 def metrics_listener(
-    settings: GatewaySettings, inference: InferenceMetrics, redis: "aioredis.Redis"
+    settings: GatewaySettings, inference: InferenceMetrics, redis: ControlRedis
 ) -> HttpListener:
     app = create_app(MetricsRoutes(inference, redis).routes(), max_request_size=settings.max_request_size)
     return HttpListener(app, parse_address(settings.metrics_address), cancel_on_disconnect=True)
