@@ -217,6 +217,12 @@ class Reconciler:
         bound = log.bind(model=model, version=version)
         owned = {w.worker_id for w in observed if w.owned}
         for worker_id in actions.forget:
+            if worker_id in owned:
+                # Our process exited and this pass saw it before the launcher's exit callback ran:
+                # handle it as the callback would, so that a crash counts toward the restart backoff
+                # whichever comes first (the callback then finds nothing left to do).
+                await self._handle_exit(worker_id, None)
+                continue
             bound.info("worker gone; records removed", worker=worker_id)
             await self.store.forget_worker(model, version, worker_id)
             self.launcher.forget(worker_id)
