@@ -21,18 +21,21 @@ from tests.integration.worker.harness import (
     register_sync,
 )
 from tests.support import models
+from tests.support.eventually import eventually
 from tests.support.redis_server import RedisServer
 
 MODEL = "recorder"
 FILL_DELAY_MS = 1500
 EAGER_DELAY_MS = 20_000
+SLOW_BATCH_S = 1.5
 
 
 @pytest.fixture(scope="module")
 def versions(
     module_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, VersionRecord]]:
-    """Version "fill" (batch 4, TorchServe's rule) and version "eager" (batch 4, never waits)."""
+    """Version "fill" (batch 4, TorchServe's rule), version "eager" (batch 4, never waits) and version
+    "slow" (eager, every batch takes SLOW_BATCH_S)."""
     root = tmp_path_factory.mktemp("models")
     records = {
         "fill": register_sync(
@@ -41,6 +44,10 @@ def versions(
         ),
         "eager": register_sync(
             module_redis.url, models.batch_recorder_model(MODEL, "eager"), root,
+            batch_size=4, max_batch_delay_ms=EAGER_DELAY_MS, batch_policy=BatchPolicy.EAGER,
+        ),
+        "slow": register_sync(
+            module_redis.url, models.batch_recorder_model(MODEL, "slow", sleep_s=SLOW_BATCH_S), root,
             batch_size=4, max_batch_delay_ms=EAGER_DELAY_MS, batch_policy=BatchPolicy.EAGER,
         ),
     }  # fmt: skip
@@ -58,7 +65,8 @@ def versions(
 
 def recorded_batches(record: VersionRecord, job_ids: list[str]) -> list[list[str]]:
     """The batches (request ids, in call order) the handler got that contain any of ``job_ids``."""
-    lines = (Path(record.model_dir) / "batches.jsonl").read_text().splitlines()
+    path = Path(record.model_dir) / "batches.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
     batches = [json.loads(line)["request_ids"] for line in lines]
     return [batch for batch in batches if set(batch) & set(job_ids)]
 
@@ -109,6 +117,26 @@ async def test_eager_batches_what_is_queued_together(
     ids, replies = await _send(client, "eager", 3)
     await replies.finals(ids)
     assert recorded_batches(versions["eager"], ids) == [ids]
+
+
+async def test_jobs_arriving_while_a_batch_runs_are_read_ahead_and_run_next_together(
+    versions: dict[str, VersionRecord], client: "aioredis.Redis"
+) -> None:
+    first, replies = await _send(client, "slow", 1)
+    await eventually(lambda: recorded_batches(versions["slow"], first) == [first], timeout_s=10)
+    later, later_replies = await _send(client, "slow", 2)
+    stream = keys.job_stream(MODEL, "slow")
+
+    async def all_three_delivered() -> bool:
+        return int((await client.xpending(stream, keys.JOB_GROUP))["pending"]) == 3
+
+    # The later two reach the worker while the first batch still runs. (Before the read ahead, the
+    # next read went out after the first job's ack: never three delivered and unacked at once.)
+    await eventually(all_three_delivered, timeout_s=10)
+    assert recorded_batches(versions["slow"], first + later) == [first]
+    await replies.finals(first)
+    await later_replies.finals(later)
+    assert recorded_batches(versions["slow"], first + later) == [first, later]
 
 
 async def test_a_streaming_job_runs_alone(
