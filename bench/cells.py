@@ -108,11 +108,16 @@ class Cells:
         return best, where
 
 
-def inprocess_limit(records: Iterable[Record], model: str, batch: int) -> Spread:
+def inprocess_limit(records: Iterable[Record], model: str, batch: int, group: str | None = None) -> Spread:
+    """The in-process limit measured at the start of the run, or (``group``) in the windows paired
+    with that group's cells."""
     return spread(
         r.get("inferences_per_s")
         for r in records
-        if r.get("kind") == "inprocess" and r.get("model") == model and r.get("batch") == batch
+        if r.get("kind") == "inprocess"
+        and r.get("model") == model
+        and r.get("batch") == batch
+        and r.get("group") == group
     )
 
 

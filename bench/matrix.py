@@ -34,6 +34,16 @@ class LoadCell:
 
 
 @dataclass(frozen=True)
+class InprocessWindow:
+    """The in-process limit measured between a group's paired cells, its server idle meanwhile."""
+
+    model: str
+    batch: int
+    duration_s: float
+    warmup_s: float
+
+
+@dataclass(frozen=True)
 class Group:
     server: str
     label: str
@@ -44,8 +54,8 @@ class Group:
     idle_models: int = 0
     soak_s: float = 0.0
     held_streams: int = 0
-    # (round, cell), run once after the repetitions, in this order.
-    paired: tuple[tuple[int, LoadCell], ...] = ()
+    # (round, cell or in-process window), run once after the repetitions, in this order.
+    paired: tuple[tuple[int, LoadCell | InprocessWindow], ...] = ()
 
     @property
     def models(self) -> list[str]:
@@ -148,18 +158,20 @@ class Sizes:
     inprocess_s: float = 3.0
     # Rounds of the paired C=1 comparison of batching off and the eager policy (0: none).
     paired_rounds: int = 0
+    # Rounds of the paired comparison of the CNN's batched archives with the in-process limit.
+    cnn_paired_rounds: int = 0
 
 
 def paired_low_load(
     off: Variant, eager: Variant, rounds: int, duration_s: float, warmup_s: float
-) -> tuple[tuple[int, LoadCell], ...]:
+) -> tuple[tuple[int, LoadCell | InprocessWindow], ...]:
     """C=1 on batching off and on eager, alternating A B, B A, ... on one server start.
 
     The matrix's C=1 cells of two archives lie minutes apart and are answered by different worker
     processes; over a full run that spread (1.4 to 2.8 ms for one archive) swamps a 10% goal. Short
     alternating rounds put the same drift on both, and the verdict takes the median of each.
     """
-    cells: list[tuple[int, LoadCell]] = []
+    cells: list[tuple[int, LoadCell | InprocessWindow]] = []
     for round_ in range(rounds):
         order = (off, eager) if round_ % 2 == 0 else (eager, off)
         cells += [
@@ -167,6 +179,25 @@ def paired_low_load(
             for v in order
         ]
     return tuple(cells)
+
+
+def paired_saturation(
+    variant: Variant, concurrency: int, rounds: int, duration_s: float, warmup_s: float
+) -> tuple[tuple[int, LoadCell | InprocessWindow], ...]:
+    """A batched archive at saturation and the in-process limit at the same batch size, alternating
+    (A B, B A, ...) on one server start.
+
+    The limit and the server cell otherwise lie many minutes apart, and this machine's speed moves
+    more than the 10% the CNN target leaves (the limit alone spanned 53 to 74 inf/s over one run's
+    three repetitions). Alternating windows put the same drift on both.
+    """
+    window = InprocessWindow(variant.kind, variant.batch_size, duration_s, warmup_s)
+    cell = LoadCell("predictions", variant.name, concurrency, duration_s, warmup_s, section="paired")
+    pairs: list[tuple[int, LoadCell | InprocessWindow]] = []
+    for round_ in range(rounds):
+        order: tuple[LoadCell | InprocessWindow, ...] = (window, cell) if round_ % 2 == 0 else (cell, window)
+        pairs += [(round_, item) for item in order]
+    return tuple(pairs)
 
 
 def _mlp_group(server: str, sizes: Sizes) -> Group:
@@ -231,9 +262,20 @@ def _cnn_groups(server: str, sizes: Sizes) -> list[Group]:
             tuple(group),
             tuple(_cells("predictions", group, sizes.cnn_concurrency, seconds, warm)),
             warmup_s=warmup_s,
+            paired=_cnn_paired(group, sizes) if server == "sluice" else (),
         )
         for group in members
     ]
+
+
+def _cnn_paired(group: list[Variant], sizes: Sizes) -> tuple[tuple[int, LoadCell | InprocessWindow], ...]:
+    """The saturation pairs of a Sluice start serving one batch-filling archive (the one the CNN
+    target is about); none for the others."""
+    (variant,) = group
+    if variant.batch_size == 1 or variant.batching != "fill" or not sizes.cnn_concurrency:
+        return ()
+    seconds, warm = sizes.cnn_s
+    return paired_saturation(variant, max(sizes.cnn_concurrency), sizes.cnn_paired_rounds, seconds, warm)
 
 
 def _stream_group(server: str, sizes: Sizes) -> Group:
@@ -315,6 +357,7 @@ FULL = Sizes(
     cnn_variants=(cnn(1, 1), cnn(8, 1, "fill"), cnn(8, 1, "eager"), cnn(1, 2), cnn(8, 2, "fill")),
     inprocess_s=3.0,
     paired_rounds=8,
+    cnn_paired_rounds=4,
 )
 
 QUICK = Sizes(
@@ -339,6 +382,7 @@ QUICK = Sizes(
     cnn_variants=(cnn(8, 1, "fill"),),
     inprocess_s=1.0,
     paired_rounds=4,
+    cnn_paired_rounds=2,
 )
 
 SMOKE = Sizes(

@@ -2,6 +2,7 @@
 the ratios Sluice/TorchServe and Sluice/in-process for each cell, the targets, the profiles, and the
 plots (``plots/*.png``). ``render`` is pure; ``write`` does the file I/O."""
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ from bench.cells import Cells, Record, inprocess_limit, of_kind
 from bench.report_costs import cost_curves, cpu, errors, lifecycle, memory, profiles
 from bench.report_format import error_mark, fmt, num, ratio_of, table, throughput
 from bench.results import RESULTS_FILE, read
-from bench.stats import spread
+from bench.stats import ratio, spread
 from bench.targets import evaluate
 
 REPORT_FILE = "report.md"
@@ -58,9 +59,12 @@ def inprocess(records: list[Record]) -> list[str]:
                 continue
             p50 = spread(
                 (r.get("latency_ms") or {}).get("p50")
-                for r in of_kind(records, "inprocess", model=model, batch=batch)
+                for r in of_kind(records, "inprocess", model=model, batch=batch, group=None)
             )
-            threads = {str(r.get("threads")) for r in of_kind(records, "inprocess", model=model, batch=batch)}
+            threads = {
+                str(r.get("threads"))
+                for r in of_kind(records, "inprocess", model=model, batch=batch, group=None)
+            }
             rows.append([model, str(batch), limit.format(0), p50.format(3), ",".join(sorted(threads))])
     if not rows:
         return []
@@ -201,7 +205,7 @@ def paired(cells: Cells) -> list[str]:
                 for r in sorted(cell.records, key=lambda r: int(r.get("rep", 0)))
             ),
         ]
-        for cell in cells.select(section="paired", server="sluice")
+        for cell in cells.select(section="paired", server="sluice", model="mlp")
     ]
     if not rows:
         return []
@@ -213,6 +217,47 @@ def paired(cells: Cells) -> list[str]:
         "",
         *table(["archive", "rounds", "p50 ms", "p50 ms by round"], rows),
     ]
+
+
+def paired_saturation(records: list[Record], cells: Cells) -> list[str]:
+    rows = []
+    for cell in cells.select(section="paired", server="sluice", model="cnn"):
+        group = cell.first.get("group")
+        windows = {
+            int(r.get("rep", 0)): r.get("inferences_per_s")
+            for r in of_kind(records, "inprocess", group=group)
+        }
+        by_round = {int(r.get("rep", 0)): r.get("throughput_rps") for r in cell.records}
+        limit = inprocess_limit(records, "cnn", 8, group=group)
+        rows.append(
+            [
+                cell.key.variant,
+                str(cell.key.concurrency),
+                str(len(cell.records)),
+                fmt(throughput(cell), 1) + error_mark(cell),
+                limit.format(1),
+                num(ratio(cell.throughput().median, limit.median) * 100, 0, "%"),
+                ", ".join(
+                    num(ratio(_number(by_round[round_]), _number(windows.get(round_))) * 100, 0, "%")
+                    for round_ in sorted(by_round)
+                ),
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        "## CNN at saturation: paired rounds with the in-process limit",
+        "",
+        "The archive at saturation and the in-process limit at its batch size alternate (A B, B A, ...) "
+        "on one server start, the server idle during the limit's windows; the CNN target compares "
+        "these medians.",
+        "",
+        *table(["archive", "C", "rounds", "Sluice req/s", "limit inf/s", "ratio", "ratio by round"], rows),
+    ]
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else math.nan
 
 
 def native(cells: Cells) -> list[str]:
@@ -317,6 +362,7 @@ def render(records: list[Record], plots: list[str] | None = None) -> str:
     for model in ("mlp", "cnn"):
         lines += matrix(records, cells, model)
     lines += paired(cells)
+    lines += paired_saturation(records, cells)
     lines += native(cells)
     lines += protocols(cells)
     lines += streaming(records, cells)

@@ -22,7 +22,7 @@ from typing import Any
 from bench import collectors, extras, h2load, loadgen, models, registration, tools
 from bench.cells import of_kind
 from bench.drive import drive
-from bench.matrix import Group, LoadCell, Plan
+from bench.matrix import Group, InprocessWindow, LoadCell, Plan
 from bench.models import Variant
 from bench.payloads import (
     PREDICTIONS_METHOD,
@@ -122,35 +122,58 @@ class Runner:
     # ---- in-process limit ----------------------------------------------------------------------
     def inprocess(self) -> None:
         for kind, batches, seconds in self.plan.inprocess:
-            variant = Variant(kind)
-            data_file = self.work_dir / f"{kind}.input"
-            data_file.write_bytes(self.payloads[variant.name].data)
             for rep in range(self.plan.reps):
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "bench.servers.inprocess",
-                    "--archive",
-                    str(self.store / f"{variant.name}.mar"),
-                    "--data",
-                    str(data_file),
-                    "--duration-s",
-                    str(seconds),
-                    "--warmup-s",
-                    str(min(1.0, seconds)),
-                    "--threads",
-                    str(os.cpu_count() or 1),
-                ]
-                for batch in batches:
-                    argv += ["--batch", str(batch)]
-                done = subprocess.run(
-                    argv, capture_output=True, text=True, timeout=300 + 4 * seconds, check=False
-                )
-                if done.returncode != 0:
-                    raise RuntimeError(done.stderr[-2000:])
-                for line in done.stdout.splitlines():
-                    result = json.loads(line)
+                for result in self._measure_inprocess(kind, batches, seconds, min(1.0, seconds)):
                     self.writer.write({"kind": "inprocess", "model": kind, "rep": rep, **result})
+
+    def _inprocess_window(self, group: Group, window: InprocessWindow, round_: int) -> None:
+        (result,) = self._measure_inprocess(window.model, (window.batch,), window.duration_s, window.warmup_s)
+        self.writer.write(
+            {
+                "kind": "inprocess",
+                "model": window.model,
+                "rep": round_,
+                "section": "paired",
+                "group": group.label,
+                **result,
+            }
+        )
+        log(
+            f"  in-process {window.model} batch {window.batch} round {round_}: "
+            f"{result['inferences_per_s']:,.1f} inf/s"
+        )
+
+    def _measure_inprocess(
+        self, kind: str, batches: tuple[int, ...], seconds: float, warmup_s: float
+    ) -> list[dict[str, Any]]:
+        """The handler of ``kind``'s archive called in a loop in a process of its own, once per batch
+        size; one summary each."""
+        variant = Variant(kind)
+        data_file = self.work_dir / f"{kind}.input"
+        data_file.write_bytes(self.payloads[variant.name].data)
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.servers.inprocess",
+            "--archive",
+            str(self.store / f"{variant.name}.mar"),
+            "--data",
+            str(data_file),
+            "--duration-s",
+            str(seconds),
+            "--warmup-s",
+            str(warmup_s),
+            "--threads",
+            str(os.cpu_count() or 1),
+        ]
+        for batch in batches:
+            argv += ["--batch", str(batch)]
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=300 + 4 * (seconds + warmup_s), check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-2000:])
+        return [json.loads(line) for line in done.stdout.splitlines()]
 
     # ---- servers -------------------------------------------------------------------------------
     def _server(self, kind: str, label: str) -> Server:
@@ -258,10 +281,13 @@ class Runner:
             if group.warmup_s:
                 self._warm_up(server, group)
             repeated = [(rep, cell) for rep in range(self.plan.reps) for cell in group.cells]
-            for rep, cell in [*repeated, *group.paired]:
+            for rep, item in [*repeated, *group.paired]:
                 if time.monotonic() > self._deadline:
                     raise RuntimeError("the run's time bound passed")
-                self._cell(server, group, cell, rep)
+                if isinstance(item, InprocessWindow):
+                    self._inprocess_window(group, item, rep)
+                else:
+                    self._cell(server, group, item, rep)
             if group.soak_s:
                 self._soak(server, group)
             if group.held_streams and isinstance(server, SluiceServer):

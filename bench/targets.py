@@ -5,7 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench.cells import Cells, Record, inprocess_limit, of_kind
+from bench.cells import Cell, Cells, Record, inprocess_limit, of_kind
 from bench.stats import ratio, spread
 
 TIMES = "\N{MULTIPLICATION SIGN}"
@@ -97,26 +97,54 @@ def mlp_best(client: str) -> Callable[[Cells, list[Record]], Outcome]:
 
 def cnn_saturation(workers: int) -> Callable[[Cells, list[Record]], Outcome]:
     def evaluate(cells: Cells, records: list[Record]) -> Outcome:
-        best, cell = math.nan, None
-        for candidate in cells.select(section="matrix", server="sluice", api="predictions", client="python"):
-            if candidate.first.get("model") == "cnn" and candidate.first.get("workers") == workers:
-                value = candidate.throughput().median
-                if candidate.errors() == 0 and (cell is None or value > best):
-                    best, cell = value, candidate
-        limit = inprocess_limit(records, "cnn", 8).median
-        value = ratio(best, limit)
+        # The paired rounds (each alternating with in-process windows) when the run has them.
+        paired = _cnn_paired(cells, records, workers)
+        if paired is not None:
+            value, cell, limit = paired
+            best = cell.throughput().median
+            how = f", {len(cell.records)} paired rounds"
+        else:
+            best, cell = math.nan, None
+            for candidate in _cnn_cells(cells, "matrix", workers):
+                throughput = candidate.throughput().median
+                if cell is None or throughput > best:
+                    best, cell = throughput, candidate
+            limit = inprocess_limit(records, "cnn", 8).median
+            value = ratio(best, limit)
+            how = ""
         where = f" ({cell.key.variant}, C={cell.key.concurrency})" if cell else ""
         return Outcome(
             f"CNN throughput at saturation, {workers} worker(s)",
             "≥ 90% of the in-process batch-8 limit",
             f"{_fmt(best, ' req/s', 1)}{where} vs limit {_fmt(limit, ' inf/s', 1)} "
-            f"= {_fmt(value * 100, '%', 0)}",
+            f"= {_fmt(value * 100, '%', 0)}{how}",
             value,
             0.9,
             False,
         )
 
     return evaluate
+
+
+def _cnn_cells(cells: Cells, section: str, workers: int) -> list[Cell]:
+    return [
+        cell
+        for cell in cells.select(
+            section=section, server="sluice", api="predictions", client="python", model="cnn"
+        )
+        if cell.first.get("workers") == workers and cell.errors() == 0
+    ]
+
+
+def _cnn_paired(cells: Cells, records: list[Record], workers: int) -> tuple[float, Cell, float] | None:
+    """The best ratio among the paired CNN cells: (ratio, cell, the limit of its windows)."""
+    best: tuple[float, Cell, float] | None = None
+    for cell in _cnn_cells(cells, "paired", workers):
+        limit = inprocess_limit(records, "cnn", 8, group=cell.first.get("group")).median
+        value = ratio(cell.throughput().median, limit)
+        if math.isfinite(value) and (best is None or value > best[0]):
+            best = (value, cell, limit)
+    return best
 
 
 def batching_low_load(policy: str) -> Callable[[Cells, list[Record]], Outcome]:
