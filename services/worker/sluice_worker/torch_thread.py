@@ -11,6 +11,7 @@ import concurrent.futures
 import contextvars
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -32,6 +33,8 @@ class TorchThread:
     def __init__(self, name: str = "torch") -> None:
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._busy = threading.Event()
+        # How long the last call ran on this thread (set before its caller hears of the result).
+        self.last_call_s = 0.0
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -57,13 +60,14 @@ class TorchThread:
             if not future.set_running_or_notify_cancel():
                 continue
             self._busy.set()
+            started = time.perf_counter()
             try:
                 result = call()
-            except Exception as exc:
-                future.set_exception(exc)
             except BaseException as exc:  # sys.exit() in a handler must not end this thread silently
-                future.set_exception(HandlerExit(exc))
+                self.last_call_s = time.perf_counter() - started
+                future.set_exception(exc if isinstance(exc, Exception) else HandlerExit(exc))
             else:
+                self.last_call_s = time.perf_counter() - started
                 future.set_result(result)
             finally:
                 self._busy.clear()

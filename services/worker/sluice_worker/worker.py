@@ -6,7 +6,7 @@ a handler's ``sys.exit()``, Redis outages and SIGTERM draining (see docs/design.
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import structlog
@@ -30,9 +30,15 @@ log = get_logger(__name__)
 # Pause between polls of the job stream while a batch fills (see Worker._read).
 FILL_POLL_S = 0.001
 # While the handler runs, the stream is polled for the next batch at these growing intervals (see
-# Worker._prefetch): a 100 ms CNN batch takes a few polls, a 0.1 ms mlp batch none.
+# Worker._prefetch), once the handler runs PREFETCH_CALL_S per call on average on the torch thread: a
+# 25-200 ms CNN batch is read ahead; a 0.2 ms mlp batch is not. (Its call still takes 1-2 ms of wall
+# time under load, thread hand-offs included; reads made then competed with the torch thread for the
+# GIL and cost ~5% of mlp throughput.)
 PREFETCH_FIRST_POLL_S = 0.001
 PREFETCH_MAX_POLL_S = 0.008
+PREFETCH_CALL_S = 0.002
+# Weight of the latest call in the running average of handler run times.
+CALL_TIME_WEIGHT = 0.2
 # Jobs younger than this are run without looking for a cancel flag first: their client is very
 # likely still there, and the look costs a round trip on the hot path. (A job whose client did leave
 # is run for nothing; its reply is dropped by the gateway.)
@@ -77,6 +83,8 @@ class Worker:
         self._unconfirmed: list[tuple[Awaitable[None], Callable[[], Awaitable[None]]]] = []
         # Handler requests of jobs read ahead while the previous batch ran (see _prefetch).
         self._prepared: dict[bytes, protocols.TsRequest | SluiceError] = {}
+        # Running average of the handler's run times; until measured, calls count as slow enough.
+        self._call_time_s = PREFETCH_CALL_S
 
     async def serve(self) -> ExitCode:
         held = await self._scan(held=[])
@@ -176,6 +184,17 @@ class Worker:
             poll_s = min(poll_s * 2, PREFETCH_MAX_POLL_S)
         return got
 
+    async def _call_reading_ahead(
+        self, call: Coroutine[Any, Any, tuple[list[Outgoing], ExitCode | None]]
+    ) -> tuple[list[Outgoing], ExitCode | None, list[Delivery]]:
+        task = asyncio.ensure_future(call)
+        try:
+            prefetched = await self._prefetch(task)
+            results, exit_code = await task
+        finally:
+            task.cancel()  # only if this task was cancelled meanwhile (shutdown)
+        return results, exit_code, prefetched
+
     def _handler_request(self, delivery: Delivery) -> protocols.TsRequest | SluiceError:
         try:
             return protocols.handler_request(
@@ -202,13 +221,12 @@ class Worker:
         prefetched: list[Delivery] = []
         if runnable:
             with structlog.contextvars.bound_contextvars(**_request_ids(runnable)):
-                call = asyncio.ensure_future(self._call_handler(runnable, requests))
-            try:
-                if prefetch:
-                    prefetched = await self._prefetch(call)
-                results, exit_code = await call
-            finally:
-                call.cancel()  # only if this task was cancelled meanwhile (shutdown)
+                call = self._call_handler(runnable, requests)
+                if prefetch and self._call_time_s >= PREFETCH_CALL_S:
+                    results, exit_code, prefetched = await self._call_reading_ahead(call)
+                else:
+                    results, exit_code = await call
+            self._call_time_s += CALL_TIME_WEIGHT * (self._torch.last_call_s - self._call_time_s)
             outgoing += results
         entry_ids = [delivery.entry_id for delivery in batch]
         batch_size = len(runnable)

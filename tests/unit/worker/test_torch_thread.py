@@ -3,6 +3,7 @@
 import asyncio
 import sys
 import threading
+import time
 
 import pytest
 import structlog
@@ -50,6 +51,25 @@ async def test_busy_while_a_call_runs() -> None:
         release.set()
         assert await task is True
         assert not worker.busy
+    finally:
+        worker.close()
+
+
+def _sleep_then_divide_by_zero() -> float:
+    time.sleep(0.05)
+    return 1 / 0
+
+
+async def test_the_time_a_call_ran_is_known_when_its_caller_resumes() -> None:
+    worker = TorchThread()
+    try:
+        await worker.run(time.sleep, 0.05)
+        assert 0.05 <= worker.last_call_s < 5
+        await worker.run(lambda: None)
+        assert worker.last_call_s < 0.05
+        with pytest.raises(ZeroDivisionError):
+            await worker.run(_sleep_then_divide_by_zero)
+        assert 0.05 <= worker.last_call_s < 5
     finally:
         worker.close()
 
