@@ -96,7 +96,11 @@ class Plan:
         for group in self.groups:
             for variant in group.variants:
                 seen.setdefault(variant.name, variant)
-        for kind, _batches, _seconds in self.inprocess:
+        kinds = [kind for kind, _batches, _seconds in self.inprocess]
+        kinds += [
+            item.model for g in self.groups for _, item in g.paired if isinstance(item, InprocessWindow)
+        ]
+        for kind in kinds:
             base = Variant(kind)
             seen.setdefault(base.name, base)
         if self.register_reps:

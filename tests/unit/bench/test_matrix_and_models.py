@@ -90,7 +90,9 @@ def test_paired_rounds_alternate_batching_off_and_eager_on_sluice_only() -> None
         (1, "mlp_b1_w1"),
     ]
     assert len(order) == 16
-    assert {(c.concurrency, c.section, c.api) for _, c in sluice.paired} == {(1, "paired", "predictions")}
+    cells = [c for _, c in sluice.paired if isinstance(c, matrix.LoadCell)]
+    assert len(cells) == 16
+    assert {(c.concurrency, c.section, c.api) for c in cells} == {(1, "paired", "predictions")}
     torchserve = next(g for g in plan.groups if g.server == "torchserve" and g.label == "mlp")
     assert torchserve.paired == ()
     (smoke,) = matrix.plan("smoke").groups
@@ -112,3 +114,9 @@ def test_cnn_fill_archives_alternate_with_in_process_windows_on_sluice_only() ->
     assert by_label[("sluice", "cnn_b1_w1")].paired == ()
     assert by_label[("sluice", "cnn_b8_w1_eager")].paired == ()
     assert by_label[("torchserve", "cnn")].paired == ()
+
+
+def test_a_plan_of_one_cnn_start_still_builds_the_archive_its_in_process_windows_load() -> None:
+    plan = matrix.only(matrix.plan("full"), ["cnn_b8_w1_fill"])
+    assert plan.inprocess == ()
+    assert {v.name for v in plan.variants()} >= {"cnn_b8_w1_fill", "cnn_b1_w1"}
