@@ -220,12 +220,11 @@ class Worker:
         exit_code = None
         prefetched: list[Delivery] = []
         if runnable:
-            with structlog.contextvars.bound_contextvars(**_request_ids(runnable)):
-                call = self._call_handler(runnable, requests)
-                if prefetch and self._call_time_s >= PREFETCH_CALL_S:
-                    results, exit_code, prefetched = await self._call_reading_ahead(call)
-                else:
-                    results, exit_code = await call
+            call = self._call_handler(runnable, requests)
+            if prefetch and self._call_time_s >= PREFETCH_CALL_S:
+                results, exit_code, prefetched = await self._call_reading_ahead(call)
+            else:
+                results, exit_code = await call
             self._call_time_s += CALL_TIME_WEIGHT * (self._torch.last_call_s - self._call_time_s)
             outgoing += results
         entry_ids = [delivery.entry_id for delivery in batch]
@@ -262,6 +261,14 @@ class Worker:
         return [d for d in current if d.job_id not in cancelled], outgoing
 
     async def _call_handler(
+        self, runnable: list[Delivery], requests: list[protocols.TsRequest]
+    ) -> tuple[list[Outgoing], ExitCode | None]:
+        """The handler's outcome, logged with the batch's request ids (and only that: the read
+        ahead that may run beside it logs without them)."""
+        with structlog.contextvars.bound_contextvars(**_request_ids(runnable)):
+            return await self._handler_outcome(runnable, requests)
+
+    async def _handler_outcome(
         self, runnable: list[Delivery], requests: list[protocols.TsRequest]
     ) -> tuple[list[Outgoing], ExitCode | None]:
         book = ReplyBook(runnable, started_unix_ms=int(time.time() * 1000), tensors=self._tensors)
