@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import matrix, report, tools
+from bench import presets, report, tools
 from bench.runner import Runner, log
 
 BENCH_DIR = Path(__file__).parent
@@ -30,9 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         report.write(args.report_only)
         return 0
-    plan = matrix.plan(args.preset)
+    plan = presets.plan(args.preset)
     if args.only:
-        plan = matrix.only(plan, args.only)
+        plan = presets.only(plan, args.only)
     venv = None
     if plan.with_torchserve and not args.no_torchserve:
         java = tools.ensure_java()

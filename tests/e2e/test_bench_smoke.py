@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from bench import matrix, report
+from bench import presets, report
 from bench.cells import Cells, of_kind
 from bench.runner import Runner
 
 
 @pytest.mark.timeout(240)
 def test_bench_smoke_runs_a_tiny_matrix_against_sluice(tmp_path: Path) -> None:
-    plan = matrix.plan("smoke")
+    plan = presets.plan("smoke")
     out = tmp_path / "results"
     records = Runner(plan, out, tmp_path / "work").run()
     cells = Cells(records)

@@ -1,6 +1,6 @@
 import yaml
 
-from bench import matrix
+from bench import matrix, presets
 from bench.models import Variant
 
 
@@ -26,7 +26,7 @@ def test_model_config_carries_the_settings_both_servers_read() -> None:
 
 
 def test_full_plan_covers_the_issue_matrix() -> None:
-    plan = matrix.plan("full")
+    plan = presets.plan("full")
     assert plan.reps >= 3
     cells = [(g.server, c) for g in plan.groups for c in g.cells]
     grid = {(s, c.model, c.concurrency) for s, c in cells if c.section == "matrix" and c.api == "predictions"}
@@ -55,7 +55,7 @@ def test_full_plan_covers_the_issue_matrix() -> None:
 
 
 def test_h2load_covers_every_batched_mlp_archive_of_each_server() -> None:
-    plan = matrix.plan("full")
+    plan = presets.plan("full")
     for server in ("sluice", "torchserve"):
         group = next(g for g in plan.groups if g.server == server and g.label == "mlp")
         driven = {c.model for c in group.cells if c.client == "h2load"}
@@ -65,13 +65,13 @@ def test_h2load_covers_every_batched_mlp_archive_of_each_server() -> None:
 
 
 def test_each_sluice_cnn_configuration_gets_its_own_start() -> None:
-    groups = [g for g in matrix.plan("full").groups if g.server == "sluice" and g.label.startswith("cnn")]
+    groups = [g for g in presets.plan("full").groups if g.server == "sluice" and g.label.startswith("cnn")]
     assert all(len(g.variants) == 1 for g in groups)
     assert len(groups) >= 4
 
 
 def test_smoke_plan_is_small_and_sluice_only() -> None:
-    plan = matrix.plan("smoke")
+    plan = presets.plan("smoke")
     assert {g.server for g in plan.groups} == {"sluice"}
     assert not plan.with_torchserve
     assert all(c.client == "python" for g in plan.groups for c in g.cells)
@@ -80,7 +80,7 @@ def test_smoke_plan_is_small_and_sluice_only() -> None:
 
 
 def test_paired_rounds_alternate_batching_off_and_eager_on_sluice_only() -> None:
-    plan = matrix.plan("full")
+    plan = presets.plan("full")
     sluice = next(g for g in plan.groups if g.server == "sluice" and g.label == "mlp")
     order = [(round_, cell.model) for round_, cell in sluice.paired]
     assert order[:4] == [
@@ -95,12 +95,12 @@ def test_paired_rounds_alternate_batching_off_and_eager_on_sluice_only() -> None
     assert {(c.concurrency, c.section, c.api) for c in cells} == {(1, "paired", "predictions")}
     torchserve = next(g for g in plan.groups if g.server == "torchserve" and g.label == "mlp")
     assert torchserve.paired == ()
-    (smoke,) = matrix.plan("smoke").groups
+    (smoke,) = presets.plan("smoke").groups
     assert len(smoke.paired) == 2
 
 
 def test_cnn_fill_archives_alternate_with_in_process_windows_on_sluice_only() -> None:
-    plan = matrix.plan("full")
+    plan = presets.plan("full")
     by_label = {(g.server, g.label): g for g in plan.groups}
     paired = by_label[("sluice", "cnn_b8_w1_fill")].paired
     kinds = [(round_, type(item).__name__) for round_, item in paired]
@@ -117,6 +117,6 @@ def test_cnn_fill_archives_alternate_with_in_process_windows_on_sluice_only() ->
 
 
 def test_a_plan_of_one_cnn_start_still_builds_the_archive_its_in_process_windows_load() -> None:
-    plan = matrix.only(matrix.plan("full"), ["cnn_b8_w1_fill"])
+    plan = presets.only(presets.plan("full"), ["cnn_b8_w1_fill"])
     assert plan.inprocess == ()
     assert {v.name for v in plan.variants()} >= {"cnn_b8_w1_fill", "cnn_b1_w1"}
