@@ -7,7 +7,7 @@ from typing import Any
 
 from bench.cells import Cells, Record, inprocess_limit, of_kind
 from bench.report_costs import cost_curves, cpu, errors, lifecycle, memory, profiles
-from bench.report_format import error_mark, fmt, num, ratio_of, table, throughput
+from bench.report_format import error_mark, fmt, num, ratio_of, section, table, throughput
 from bench.report_paired import paired, paired_saturation
 from bench.results import RESULTS_FILE, read
 from bench.stats import spread
@@ -66,13 +66,11 @@ def inprocess(records: list[Record]) -> list[str]:
                 for r in of_kind(records, "inprocess", model=model, batch=batch, group=None)
             }
             rows.append([model, str(batch), limit.format(0), p50.format(3), ",".join(sorted(threads))])
-    if not rows:
-        return []
-    return [
-        "## In-process limit (handler called in a loop)",
-        "",
-        *table(["model", "batch", "inferences/s", "ms per call (p50)", "torch threads"], rows),
-    ]
+    return section(
+        "In-process limit (handler called in a loop)",
+        ["model", "batch", "inferences/s", "ms per call (p50)", "torch threads"],
+        rows,
+    )
 
 
 def matrix(records: list[Record], cells: Cells, model: str) -> list[str]:
@@ -185,13 +183,11 @@ def protocols(cells: Cells) -> list[str]:
                 ratio_of(throughput(cell), throughput(other)),
             ]
         )
-    if not rows:
-        return []
-    return [
-        "## Other APIs: KServe v2 `ModelInfer` (raw tensors), REST `/predictions`",
-        "",
-        *table(["server", "api", "archive", "C", "req/s", "p50 ms", "vs Predictions", "S/TS"], rows),
-    ]
+    return section(
+        "Other APIs: KServe v2 `ModelInfer` (raw tensors), REST `/predictions`",
+        ["server", "api", "archive", "C", "req/s", "p50 ms", "vs Predictions", "S/TS"],
+        rows,
+    )
 
 
 def native(cells: Cells) -> list[str]:
@@ -223,16 +219,13 @@ def native(cells: Cells) -> list[str]:
                 ratio_of(throughput(cell), throughput(other)) if key.server == "sluice" else "",
             ]
         )
-    if not rows:
-        return []
-    return [
-        "## Native load generator (h2load, pre-framed gRPC `Predictions`, one connection)",
-        "",
+    return section(
+        "Native load generator (h2load, pre-framed gRPC `Predictions`, one connection)",
+        ["server", "archive", "C", "req/s", "mean ms", "vs Python client", "S/TS"],
+        rows,
         "h2load reports mean latency, not percentiles; it cannot see gRPC status trailers, so each "
         "payload was first checked with the Python client in the same run.",
-        "",
-        *table(["server", "archive", "C", "req/s", "mean ms", "vs Python client", "S/TS"], rows),
-    ]
+    )
 
 
 def streaming(records: list[Record], cells: Cells) -> list[str]:

@@ -2,7 +2,7 @@
 profiles and errors. Pure functions of the records."""
 
 from bench.cells import Cells, Record, of_kind
-from bench.report_format import error_mark, fmt, num, table, throughput
+from bench.report_format import error_mark, fmt, num, section, table, throughput
 from bench.stats import spread
 
 
@@ -168,25 +168,11 @@ def cpu(cells: Cells) -> list[str]:
                 foreign.format(2),
             ]
         )
-    if not rows:
-        return []
-    rows.sort()
-    return [
-        "## Where the CPU goes (CPU-ms per request by process)",
-        "",
-        *table(
-            [
-                "server",
-                "archive",
-                "C",
-                "client placement",
-                "req/s",
-                "CPU-ms/request",
-                "other processes (cores)",
-            ],
-            rows,
-        ),
-    ]
+    return section(
+        "Where the CPU goes (CPU-ms per request by process)",
+        ["server", "archive", "C", "client placement", "req/s", "CPU-ms/request", "other processes (cores)"],
+        sorted(rows),
+    )
 
 
 def profiles(records: list[Record]) -> list[str]:

@@ -13,6 +13,13 @@ def table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     return [*lines, ""]
 
 
+def section(title: str, header: list[str], rows: list[list[str]], intro: str = "") -> list[str]:
+    """``## title``, an optional paragraph, then the table; nothing at all without rows."""
+    if not rows:
+        return []
+    return [f"## {title}", "", *([intro, ""] if intro else []), *table(header, rows)]
+
+
 def num(value: float | None, digits: int = 2, unit: str = "") -> str:
     return (
         "\N{EN DASH}"

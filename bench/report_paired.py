@@ -5,7 +5,7 @@ import math
 from typing import Any
 
 from bench.cells import Cells, Record, inprocess_limit, of_kind
-from bench.report_format import error_mark, fmt, num, table, throughput
+from bench.report_format import error_mark, fmt, num, section, throughput
 from bench.stats import ratio
 
 
@@ -22,16 +22,13 @@ def paired(cells: Cells) -> list[str]:
         ]
         for cell in cells.select(section="paired", server="sluice", model="mlp")
     ]
-    if not rows:
-        return []
-    return [
-        "## Batching at low load: paired C=1 rounds",
-        "",
+    return section(
+        "Batching at low load: paired C=1 rounds",
+        ["archive", "rounds", "p50 ms", "p50 ms by round"],
+        rows,
         "Batching off and the eager policy alternate (A B, B A, ...) on one server start, so drift "
         "and background work fall on both alike; the eager target compares these medians.",
-        "",
-        *table(["archive", "rounds", "p50 ms", "p50 ms by round"], rows),
-    ]
+    )
 
 
 def paired_saturation(records: list[Record], cells: Cells) -> list[str]:
@@ -58,17 +55,14 @@ def paired_saturation(records: list[Record], cells: Cells) -> list[str]:
                 ),
             ]
         )
-    if not rows:
-        return []
-    return [
-        "## CNN at saturation: paired rounds with the in-process limit",
-        "",
+    return section(
+        "CNN at saturation: paired rounds with the in-process limit",
+        ["archive", "C", "rounds", "Sluice req/s", "limit inf/s", "ratio", "ratio by round"],
+        rows,
         "The archive at saturation and the in-process limit at its batch size alternate (A B, B A, ...) "
         "on one server start, the server idle during the limit's windows; the CNN target compares "
         "these medians.",
-        "",
-        *table(["archive", "C", "rounds", "Sluice req/s", "limit inf/s", "ratio", "ratio by round"], rows),
-    ]
+    )
 
 
 def _number(value: Any) -> float:
