@@ -97,11 +97,12 @@ def self_by_file(stacks: list[tuple[list[str], int]], limit: int = 10) -> list[F
 
 
 def top_inclusive(stacks: list[tuple[list[str], int]], limit: int = 12) -> list[FrameShare]:
-    """Functions by share of samples they are on the stack for (each counted once per stack)."""
+    """Functions by share of samples they are on the stack for (each counted once per stack); ties
+    in the order they first appear, outermost first, so a report renders the same every time."""
     total = sum(count for _, count in stacks) or 1
     seen: Counter[str] = Counter()
     for frames, count in stacks:
-        for frame in {_short(frame) for frame in frames}:
+        for frame in dict.fromkeys(_short(frame) for frame in frames):
             seen[frame] += count
     return [FrameShare(frame, count / total) for frame, count in seen.most_common(limit)]
 

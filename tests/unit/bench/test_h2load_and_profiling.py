@@ -64,6 +64,15 @@ def test_profile_reduces_collapsed_stacks() -> None:
     assert inclusive["loop (a.py)"] == pytest.approx(0.8)
 
 
+def test_frames_tied_on_the_stack_are_listed_outermost_first() -> None:
+    # A set would order these by string hash, which changes from one interpreter to the next.
+    frames = [f"frame{index} (m.py:{index})" for index in range(12)]
+    stacks = profiling.parse_collapsed([";".join(frames) + " 5"])
+    assert [share.frame for share in profiling.top_inclusive(stacks)] == [
+        f"frame{index} (m.py)" for index in range(12)
+    ]
+
+
 def test_profile_summary_leaves_waits_out(tmp_path: Path) -> None:
     raw = tmp_path / "p.txt"
     raw.write_text(
