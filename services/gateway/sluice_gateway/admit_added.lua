@@ -1,0 +1,28 @@
+-- Admission of a large job, run inside MULTI ... EXEC right after the job's XADD, so that a large
+-- payload reaches the stream without passing through Lua (each pass copies it twice). The rules are
+-- enqueue.lua's. Nothing runs between the XADD and this script, so the stream's newest entry is the
+-- job's: a refused job is deleted before any reader can take it (a reader blocked on the stream
+-- wakes with an empty read), and so is the stream if the XADD created it.
+-- KEYS[1] version config hash, KEYS[2] workers hash, KEYS[3] job stream
+-- Returns ADMITTED, or NOT_FOUND / NO_WORKER / QUEUE_FULL.
+local refusal
+if redis.call('HGET', KEYS[1], 'state') ~= 'active' then
+  refusal = 'NOT_FOUND'
+elseif redis.call('HLEN', KEYS[2]) == 0 then
+  refusal = 'NO_WORKER'
+else
+  -- XLEN counts this job: refuse it when the stream already held `limit` jobs.
+  local limit = tonumber(redis.call('HGET', KEYS[1], 'job_queue_size'))
+  if limit ~= nil and redis.call('XLEN', KEYS[3]) > limit then
+    refusal = 'QUEUE_FULL'
+  end
+end
+if refusal == nil then
+  return 'ADMITTED'
+end
+local newest = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+redis.call('XDEL', KEYS[3], newest[1][1])
+if redis.call('XLEN', KEYS[3]) == 0 and #redis.call('XINFO', 'GROUPS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[3])
+end
+return refusal
