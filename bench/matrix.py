@@ -63,6 +63,18 @@ class Group:
 
 
 @dataclass(frozen=True)
+class HeadToHead:
+    """Sluice and TorchServe up at once after all groups, their mlp cells alternating round by round
+    (see :mod:`bench.head_to_head`)."""
+
+    rounds: int
+    duration_s: float
+    warmup_s: float
+    # Load before the first round (TorchServe's JVM needs ~60 s of it to reach its steady speed).
+    server_warmup_s: float
+
+
+@dataclass(frozen=True)
 class Plan:
     name: str
     reps: int
@@ -78,10 +90,14 @@ class Plan:
     deadline_s: float = 3 * 3600.0
     stream_messages: int = 20
     stream_gap_ms: float = 1.0
+    head_to_head: HeadToHead | None = None
 
     def without_torchserve(self) -> "Plan":
         return replace(
-            self, with_torchserve=False, groups=tuple(g for g in self.groups if g.server != "torchserve")
+            self,
+            with_torchserve=False,
+            groups=tuple(g for g in self.groups if g.server != "torchserve"),
+            head_to_head=None,
         )
 
     def without_h2load(self) -> "Plan":
@@ -164,6 +180,8 @@ class Sizes:
     paired_rounds: int = 0
     # Rounds of the paired comparison of the CNN's batched archives with the in-process limit.
     cnn_paired_rounds: int = 0
+    # Rounds of Sluice and TorchServe head to head on their mlp cells (0: none).
+    head_to_head_rounds: int = 0
 
 
 def paired_low_load(
@@ -329,4 +347,9 @@ def build(sizes: Sizes) -> Plan:
         register_reps=sizes.register_reps,
         profile_s=sizes.profile_s,
         deadline_s=sizes.deadline_s,
+        head_to_head=(
+            HeadToHead(sizes.head_to_head_rounds, *sizes.mlp_s, server_warmup_s=sizes.ts_warmup_s)
+            if sizes.head_to_head_rounds
+            else None
+        ),
     )

@@ -35,6 +35,7 @@ FULL = Sizes(
     inprocess_s=3.0,
     paired_rounds=8,
     cnn_paired_rounds=4,
+    head_to_head_rounds=4,
 )
 
 QUICK = Sizes(
@@ -60,6 +61,7 @@ QUICK = Sizes(
     inprocess_s=1.0,
     paired_rounds=4,
     cnn_paired_rounds=2,
+    head_to_head_rounds=2,
 )
 
 SMOKE = Sizes(
@@ -89,11 +91,15 @@ SMOKE = Sizes(
 
 def only(built: Plan, prefixes: list[str]) -> Plan:
     """The groups whose label starts with one of ``prefixes`` (and the matching in-process models);
-    cold start and registration only when ``lifecycle`` is among them."""
+    cold start and registration only when ``lifecycle`` is among them, head to head only with the
+    mlp groups."""
     lifecycle = "lifecycle" in prefixes
+    groups = tuple(g for g in built.groups if g.label.startswith(tuple(prefixes)))
     return replace(
         built,
-        groups=tuple(g for g in built.groups if g.label.startswith(tuple(prefixes))),
+        groups=groups,
+        # Head to head picks its cells from both servers' mlp groups.
+        head_to_head=built.head_to_head if any(g.label == "mlp" for g in groups) else None,
         inprocess=tuple(item for item in built.inprocess if item[0].startswith(tuple(prefixes))),
         cold_start_reps=built.cold_start_reps if lifecycle else 0,
         register_reps=built.register_reps if lifecycle else 0,

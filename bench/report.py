@@ -8,7 +8,7 @@ from typing import Any
 from bench.cells import Cells, Record, inprocess_limit, of_kind
 from bench.report_costs import cost_curves, cpu, errors, lifecycle, memory, profiles
 from bench.report_format import error_mark, fmt, num, ratio_of, section, table, throughput
-from bench.report_paired import paired, paired_saturation
+from bench.report_paired import head_to_head_table, paired, paired_saturation
 from bench.results import RESULTS_FILE, read
 from bench.stats import spread
 from bench.targets import evaluate
@@ -288,6 +288,7 @@ def render(records: list[Record], plots: list[str] | None = None) -> str:
     lines += inprocess(records)
     for model in ("mlp", "cnn"):
         lines += matrix(records, cells, model)
+    lines += head_to_head_table(cells)
     lines += paired(cells)
     lines += paired_saturation(records, cells)
     lines += native(cells)

@@ -1,12 +1,16 @@
-"""The report's tables of paired rounds: C=1 latency of batching off against the eager policy, and
-the CNN at saturation against the in-process limit measured in alternation with it."""
+"""The report's tables of paired rounds: C=1 latency of batching off against the eager policy, the
+CNN at saturation against the in-process limit measured in alternation with it, and Sluice against
+TorchServe head to head."""
 
 import math
 from typing import Any
 
-from bench.cells import Cells, Record, inprocess_limit, of_kind
+from bench import head_to_head
+from bench.cells import Cell, Cells, Record, inprocess_limit, of_kind
 from bench.report_format import error_mark, fmt, num, section, throughput
-from bench.stats import ratio
+from bench.stats import Spread, ratio
+
+TIMES = "\N{MULTIPLICATION SIGN}"
 
 
 def paired(cells: Cells) -> list[str]:
@@ -63,6 +67,65 @@ def paired_saturation(records: list[Record], cells: Cells) -> list[str]:
         "on one server start, the server idle during the limit's windows; the CNN target compares "
         "these medians.",
     )
+
+
+def head_to_head_table(cells: Cells) -> list[str]:
+    rows = []
+    # (what is compared, client, the C=1 cell or the best one)
+    for label, client, at_c1 in (
+        ("p50 ms at C=1", "python", True),
+        ("best req/s, python client", "python", False),
+        ("best req/s, h2load", "h2load", False),
+    ):
+        sluice = _head_to_head_cell(cells, "sluice", client, at_c1)
+        torchserve = _head_to_head_cell(cells, "torchserve", client, at_c1)
+        if sluice is None or torchserve is None:
+            continue
+        measure = _p50 if at_c1 else _req_per_s
+        by_round = {int(r.get("rep", 0)): measure(r) for r in torchserve.records}
+        digits = 2 if at_c1 else 0
+        rows.append(
+            [
+                label,
+                f"{sluice.key.variant}, C={sluice.key.concurrency}",
+                _spread(sluice, at_c1).format(digits) + error_mark(sluice),
+                f"{torchserve.key.variant}, C={torchserve.key.concurrency}",
+                _spread(torchserve, at_c1).format(digits) + error_mark(torchserve),
+                num(ratio(_spread(sluice, at_c1).median, _spread(torchserve, at_c1).median), 2, TIMES),
+                ", ".join(
+                    num(ratio(measure(r), by_round.get(int(r.get("rep", 0)), math.nan)), 2, TIMES)
+                    for r in sorted(sluice.records, key=lambda r: int(r.get("rep", 0)))
+                ),
+            ]
+        )
+    return section(
+        "Head to head: Sluice and TorchServe in alternating rounds",
+        ["measure", "Sluice cell", "Sluice", "TorchServe cell", "TorchServe", "S/TS", "S/TS by round"],
+        rows,
+        "After all groups both servers run at once, each with the archives of its own cells: batching "
+        "off at C=1, and its best matrix cell for each client. Each round runs one server's cells, "
+        "then the other's (A B, B A, ...), so drift over the run falls on both alike; the latency and "
+        "throughput targets compare these medians.",
+    )
+
+
+def _spread(cell: Cell, at_c1: bool) -> Spread:
+    return cell.latency() if at_c1 else cell.throughput()
+
+
+def _p50(record: Record) -> float:
+    return _number((record.get("latency_ms") or {}).get("p50"))
+
+
+def _req_per_s(record: Record) -> float:
+    return _number(record.get("throughput_rps"))
+
+
+def _head_to_head_cell(cells: Cells, server: str, client: str, at_c1: bool) -> Cell | None:
+    for cell in cells.select(section=head_to_head.SECTION, server=server, client=client):
+        if (cell.key.concurrency == 1) == at_c1:
+            return cell
+    return None
 
 
 def _number(value: Any) -> float:

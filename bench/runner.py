@@ -1,7 +1,7 @@
 """Runs a :class:`bench.matrix.Plan`: builds the archives, measures the in-process limit, cold start
-and register-to-READY of each server, then every group's cells; writes ``results.jsonl``, then the
-report and plots. Every cell is bounded in time; a failing cell or server start becomes an ``error``
-record and the run goes on."""
+and register-to-READY of each server, then every group's cells, then the two servers head to head;
+writes ``results.jsonl``, then the report and plots. Every cell is bounded in time; a failing cell
+or server start becomes an ``error`` record and the run goes on."""
 
 import contextlib
 import functools
@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import collectors, extras, h2load, loadgen, models, registration, tools
+from bench import collectors, extras, h2load, head_to_head, loadgen, models, registration, tools
 from bench.cells import of_kind
 from bench.drive import drive
-from bench.matrix import Group, InprocessWindow, LoadCell, Plan
+from bench.matrix import Group, HeadToHead, InprocessWindow, LoadCell, Plan
 from bench.models import Variant
 from bench.payloads import (
     PREDICTIONS_METHOD,
@@ -79,6 +79,8 @@ class Runner:
                 self._step(f"{server} register", functools.partial(self.register, server))
         for group in self.plan.groups:
             self._step(f"{group.server} group {group.label}", functools.partial(self.run_group, group))
+        if self.plan.head_to_head is not None:
+            self._step("head to head", functools.partial(self.run_head_to_head, self.plan.head_to_head))
         self.writer.write(self._environment("end"))
         self.writer.close()
         return self.writer.records
@@ -294,6 +296,39 @@ class Runner:
                 self._held_streams(server, group)
             if self.plan.profile_s and group.server == "sluice" and group.label == "mlp":
                 self._profiles(server, group)
+
+    def run_head_to_head(self, plan: HeadToHead) -> None:
+        """Both servers up at once, each with the archives of its picked cells; TorchServe warmed
+        up; then the rounds, each server's cells in turn (see :mod:`bench.head_to_head`)."""
+        picked = {
+            name: head_to_head.picked_cells(self.writer.records, name, plan) for name in head_to_head.SERVERS
+        }
+        missing = [name for name, cells in picked.items() if not cells]
+        if missing:
+            raise RuntimeError(f"no mlp matrix cells of {', '.join(missing)} to pick from")
+        servers = {name: self._server(name, head_to_head.SECTION) for name in head_to_head.SERVERS}
+        groups = {
+            name: Group(
+                name,
+                head_to_head.SECTION,
+                tuple(self.variants[model] for model in dict.fromkeys(cell.model for cell in cells)),
+                tuple(cells),
+                warmup_s=plan.server_warmup_s if name == "torchserve" else 0.0,
+            )
+            for name, cells in picked.items()
+        }
+        with contextlib.ExitStack() as running:
+            for name, server in servers.items():
+                running.enter_context(self._running(server, groups[name].models))
+            for name, server in servers.items():
+                if groups[name].warmup_s:
+                    self._warm_up(server, groups[name])
+            for round_ in range(plan.rounds):
+                for name in head_to_head.round_order(round_):
+                    for cell in groups[name].cells:
+                        if time.monotonic() > self._deadline:
+                            raise RuntimeError("the run's time bound passed")
+                        self._cell(servers[name], groups[name], cell, round_)
 
     def _warm_up(self, server: Server, group: Group) -> None:
         variant = group.variants[0]

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench import head_to_head
 from bench.cells import Cell, Cells, Record, inprocess_limit, of_kind
 from bench.stats import ratio, spread
 
@@ -47,19 +48,37 @@ def _fmt(value: float, unit: str = "", digits: int = 2) -> str:
     return "\N{EN DASH}" if math.isnan(value) else f"{value:,.{digits}f}{unit}"
 
 
+def _rounds(found: list[Cell | None]) -> int:
+    return min(len(cell.records) for cell in found if cell is not None)
+
+
+def _how(rounds: int) -> str:
+    return f", {rounds} head-to-head rounds" if rounds else ""
+
+
 def mlp_p50_c1(cells: Cells, _records: list[Record]) -> Outcome:
-    values = [
-        cell.latency().median if cell else math.nan
-        for cell in (
-            cells.get(server=server, api="predictions", variant="mlp_b1_w1", concurrency=1)
-            for server in ("sluice", "torchserve")
-        )
-    ]
+    # The head-to-head rounds when the run has them, else the matrix.
+    for section in (head_to_head.SECTION, "matrix"):
+        found = [
+            cells.get(
+                section=section,
+                server=server,
+                api="predictions",
+                variant=head_to_head.BASE_VARIANT,
+                concurrency=1,
+            )
+            for server in head_to_head.SERVERS
+        ]
+        if all(found):
+            break
+    rounds = _rounds(found) if section == head_to_head.SECTION and all(found) else 0
+    values = [cell.latency().median if cell else math.nan for cell in found]
     value = ratio(values[0], values[1])
     return Outcome(
         "mlp p50 latency at C=1 (Predictions, batching off, 1 worker)",
         "≤ 0.65\N{MULTIPLICATION SIGN} TorchServe",
-        f"Sluice {_fmt(values[0], ' ms')} vs TorchServe {_fmt(values[1], ' ms')} = {_fmt(value, TIMES)}",
+        f"Sluice {_fmt(values[0], ' ms')} vs TorchServe {_fmt(values[1], ' ms')} = {_fmt(value, TIMES)}"
+        f"{_how(rounds)}",
         value,
         0.65,
         True,
@@ -68,15 +87,18 @@ def mlp_p50_c1(cells: Cells, _records: list[Record]) -> Outcome:
 
 def mlp_best(client: str) -> Callable[[Cells, list[Record]], Outcome]:
     def evaluate(cells: Cells, _records: list[Record]) -> Outcome:
-        section = "matrix" if client == "python" else "h2load"
-        found = [
-            cells.best_throughput(
-                section=section, server=server, api="predictions", client=client, model="mlp"
-            )
-            for server in ("sluice", "torchserve")
-        ]
-        found = [(value, cell) for value, cell in found]
+        # The head-to-head rounds when the run has them for this client, else the matrix.
+        for section in (head_to_head.SECTION, dict(head_to_head.BEST_OF)[client]):
+            found = [
+                cells.best_throughput(
+                    section=section, server=server, api="predictions", client=client, model="mlp"
+                )
+                for server in head_to_head.SERVERS
+            ]
+            if all(cell for _value, cell in found):
+                break
         (s_value, s_cell), (t_value, t_cell) = found
+        rounds = _rounds([s_cell, t_cell]) if section == head_to_head.SECTION and s_cell and t_cell else 0
         value = ratio(s_value, t_value)
 
         def where(cell: Any) -> str:
@@ -86,7 +108,7 @@ def mlp_best(client: str) -> Callable[[Cells, list[Record]], Outcome]:
             f"best mlp throughput, {client} client",
             "≥ 1.4\N{MULTIPLICATION SIGN} TorchServe's best",
             f"Sluice {_fmt(s_value, ' req/s', 0)}{where(s_cell)} vs TorchServe {_fmt(t_value, ' req/s', 0)}"
-            f"{where(t_cell)} = {_fmt(value, TIMES)}",
+            f"{where(t_cell)} = {_fmt(value, TIMES)}{_how(rounds)}",
             value,
             1.4,
             False,

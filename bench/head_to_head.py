@@ -1,0 +1,50 @@
+"""Sluice and TorchServe head to head: both up at once after their own groups, their mlp cells run
+in alternating rounds (A B, B A, ...), so that the machine's drift over a run falls on both alike.
+
+The matrix measures each server's cells tens of minutes apart, and the throughput ratio moved by
+0.2-0.3 between runs an hour apart; the latency and throughput targets compare these rounds' medians
+when the run has them. Which cells run is read off the run's matrix: batching off at C=1, and each
+server's best cell for each client.
+"""
+
+from bench.cells import Cells, Record
+from bench.matrix import HeadToHead, LoadCell
+
+SECTION = "head_to_head"
+SERVERS = ("sluice", "torchserve")
+# The archive of the C=1 latency target (batching off, one worker).
+BASE_VARIANT = "mlp_b1_w1"
+# (client, the matrix section its best cell is picked from)
+BEST_OF = (("python", "matrix"), ("h2load", "h2load"))
+
+
+def picked_cells(records: list[Record], server: str, plan: HeadToHead) -> list[LoadCell]:
+    """The cells ``server`` runs in each round: C=1 on the base archive, then its best matrix cell
+    per client; empty when the run has no matrix cells of the server."""
+    cells = Cells(records)
+    base = cells.get(server=server, api="predictions", variant=BASE_VARIANT, concurrency=1)
+    if base is None:
+        return []
+    picked = [LoadCell("predictions", BASE_VARIANT, 1, plan.duration_s, plan.warmup_s, section=SECTION)]
+    for client, section in BEST_OF:
+        _value, best = cells.best_throughput(
+            section=section, server=server, api="predictions", client=client, model="mlp"
+        )
+        if best is not None:
+            picked.append(
+                LoadCell(
+                    "predictions",
+                    best.key.variant,
+                    best.key.concurrency,
+                    plan.duration_s,
+                    plan.warmup_s,
+                    client=client,
+                    section=SECTION,
+                )
+            )
+    return picked
+
+
+def round_order(round_: int) -> tuple[str, ...]:
+    """A B, B A, ...: each server goes first in every other round."""
+    return SERVERS if round_ % 2 == 0 else SERVERS[::-1]
