@@ -3,7 +3,9 @@ in-process limit of the same handler and with TorchServe 0.12, same load generat
 
 Modules: ``models`` (TorchScript models and ``.mar`` archives, built in code), ``payloads`` (request
 bytes), ``loadgen`` / ``h2load`` (load generators), ``servers`` (in-process, Sluice, TorchServe),
-``collectors`` (RSS, CPU, Redis memory), ``profiling`` (py-spy), ``matrix`` (what runs), ``runner``
-(runs it), ``cells`` / ``targets`` (repetitions grouped; the issue's targets as data), ``report`` /
-``report_costs`` / ``report_format`` / ``plots`` (Markdown and PNG from the raw JSON lines).
+``collectors`` (RSS, CPU, Redis memory), ``profiling`` (py-spy), ``matrix`` / ``presets`` (what
+runs), ``head_to_head`` (the two servers' cells in alternating rounds), ``runner`` (runs it),
+``cells`` / ``targets`` (repetitions grouped; the issue's targets as data), ``report`` /
+``report_costs`` / ``report_format`` / ``report_paired`` / ``plots`` (Markdown and PNG from the raw
+JSON lines).
 """
