@@ -5,12 +5,8 @@ or server start becomes an ``error`` record and the run goes on."""
 
 import contextlib
 import functools
-import json
-import os
-import platform
 import resource
 import shutil
-import subprocess
 import sys
 import time
 import traceback
@@ -19,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import collectors, extras, h2load, head_to_head, loadgen, models, registration, tools
+from bench import collectors, extras, head_to_head, loadgen, models, registration, tools
 from bench.cells import of_kind
 from bench.drive import drive
 from bench.matrix import Group, HeadToHead, InprocessWindow, LoadCell, Plan
@@ -32,6 +28,7 @@ from bench.payloads import (
 from bench.registration import REGISTER_MODEL
 from bench.results import ResultsWriter
 from bench.servers.common import Server
+from bench.servers.inprocess import measure as measure_inprocess
 from bench.servers.sluice import SluiceServer
 from bench.servers.torchserve import TorchServeServer
 from bench.stats import spread
@@ -63,7 +60,7 @@ class Runner:
         # The previous run's server folders (homes, logs) go: a full run leaves ~3 GB there, most of
         # it TorchServe's log. This run's stay for a look afterwards.
         shutil.rmtree(self.work_dir / "servers", ignore_errors=True)
-        self.writer.write(self._environment("start"))
+        self.writer.write(tools.environment(self.plan, "start"))
         log(f"building archives into {self.store}")
         built = models.build_archives(self.plan.variants(), self.store, self.weights)
         self.variants = {variant.name: variant for variant in self.plan.variants()}
@@ -81,7 +78,7 @@ class Runner:
             self._step(f"{group.server} group {group.label}", functools.partial(self.run_group, group))
         if self.plan.head_to_head is not None:
             self._step("head to head", functools.partial(self.run_head_to_head, self.plan.head_to_head))
-        self.writer.write(self._environment("end"))
+        self.writer.write(tools.environment(self.plan, "end"))
         self.writer.close()
         return self.writer.records
 
@@ -104,22 +101,6 @@ class Runner:
                     "trace": traceback.format_exc()[-4000:],
                 }
             )
-
-    def _environment(self, phase: str) -> dict[str, Any]:
-        return {
-            "kind": "env",
-            "phase": phase,
-            "plan": self.plan.name,
-            "time_unix": time.time(),
-            "cpus": os.cpu_count(),
-            "affinity": sorted(os.sched_getaffinity(0)),
-            "load_average": collectors.load_average(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "java": tools.java_version() if self.plan.with_torchserve else "",
-            "h2load": h2load.available(),
-            "reps": self.plan.reps,
-        }
 
     # ---- in-process limit ----------------------------------------------------------------------
     def inprocess(self) -> None:
@@ -148,34 +129,11 @@ class Runner:
     def _measure_inprocess(
         self, kind: str, batches: tuple[int, ...], seconds: float, warmup_s: float
     ) -> list[dict[str, Any]]:
-        """The handler of ``kind``'s archive called in a loop in a process of its own, once per batch
-        size; one summary each."""
         variant = Variant(kind)
         data_file = self.work_dir / f"{kind}.input"
         data_file.write_bytes(self.payloads[variant.name].data)
-        argv = [
-            sys.executable,
-            "-m",
-            "bench.servers.inprocess",
-            "--archive",
-            str(self.store / f"{variant.name}.mar"),
-            "--data",
-            str(data_file),
-            "--duration-s",
-            str(seconds),
-            "--warmup-s",
-            str(warmup_s),
-            "--threads",
-            str(os.cpu_count() or 1),
-        ]
-        for batch in batches:
-            argv += ["--batch", str(batch)]
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=300 + 4 * (seconds + warmup_s), check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr[-2000:])
-        return [json.loads(line) for line in done.stdout.splitlines()]
+        archive = self.store / f"{variant.name}.mar"
+        return measure_inprocess(archive, data_file, batches, seconds, warmup_s)
 
     # ---- servers -------------------------------------------------------------------------------
     def _server(self, kind: str, label: str) -> Server:

@@ -4,12 +4,21 @@
   ``torch==2.13.0`` (pip takes the CPU build this machine keeps locally), plus py-spy for profiles.
 - Java 17 (Debian ``openjdk-17-jre-headless``) for TorchServe's frontend.
 - h2load (Debian ``nghttp2-client``), the native HTTP/2 load generator.
+
+And the record of the machine and tools a run used (:func:`environment`).
 """
 
+import os
+import platform
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
+
+from bench import collectors, h2load
+from bench.matrix import Plan
 
 BENCH_DIR = Path(__file__).parent
 TORCHSERVE_VENV = BENCH_DIR / ".torchserve-venv"
@@ -80,3 +89,21 @@ def py_spy() -> str | None:
     if candidate.exists():
         return str(candidate)
     return shutil.which("py-spy")
+
+
+def environment(plan: Plan, phase: str) -> dict[str, Any]:
+    """The ``env`` record written at the start and the end of a run."""
+    return {
+        "kind": "env",
+        "phase": phase,
+        "plan": plan.name,
+        "time_unix": time.time(),
+        "cpus": os.cpu_count(),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "load_average": collectors.load_average(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "java": java_version() if plan.with_torchserve else "",
+        "h2load": h2load.available(),
+        "reps": plan.reps,
+    }

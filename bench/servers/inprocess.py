@@ -3,11 +3,14 @@ worker loads it, called in a loop with a batch of B requests (``ts.service.Servi
 includes TorchServe's request decoding and response framing). No network, no queue: the compute
 ceiling of this machine for that model.
 
-Runs as its own process (``python -m bench.servers.inprocess ...``), prints one JSON line.
+Runs as its own process (``python -m bench.servers.inprocess ...``, started by :func:`measure`),
+prints one JSON line per batch size.
 """
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -90,6 +93,35 @@ def run(
         "inferences_per_s": len(latencies) * len(batch) / elapsed,
         "latency_ms": latency_summary_ms(latencies),
     }
+
+
+def measure(
+    archive: Path, data_file: Path, batches: tuple[int, ...], duration_s: float, warmup_s: float
+) -> list[dict[str, Any]]:
+    """The archive's handler called in a loop in a process of its own, once per batch size (torch
+    with a thread per core); one summary each."""
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.servers.inprocess",
+        "--archive",
+        str(archive),
+        "--data",
+        str(data_file),
+        "--duration-s",
+        str(duration_s),
+        "--warmup-s",
+        str(warmup_s),
+        "--threads",
+        str(os.cpu_count() or 1),
+    ]
+    for batch in batches:
+        argv += ["--batch", str(batch)]
+    timeout_s = 300 + 4 * (duration_s + warmup_s) * len(batches)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def main(argv: list[str] | None = None) -> int:
