@@ -4,7 +4,7 @@ in alternating rounds (A B, B A, ...), so that the machine's drift over a run fa
 The matrix measures each server's cells tens of minutes apart, and the throughput ratio moved by
 0.2-0.3 between runs an hour apart; the latency and throughput targets compare these rounds' medians
 when the run has them. Which cells run is read off the run's matrix: batching off at C=1, and each
-server's best cell for each client.
+server's best cell for each client (a fixed cell for a server the preset runs only here).
 """
 
 from bench.cells import Cells, Record
@@ -20,28 +20,31 @@ BEST_OF = (("python", "matrix"), ("h2load", "h2load"))
 
 def picked_cells(records: list[Record], server: str, plan: HeadToHead) -> list[LoadCell]:
     """The cells ``server`` runs in each round: C=1 on the base archive, then its best matrix cell
-    per client; empty when the run has no matrix cells of the server."""
+    per client; a server that ran no matrix cells runs the plan's default best cell instead."""
     cells = Cells(records)
-    base = cells.get(server=server, api="predictions", variant=BASE_VARIANT, concurrency=1)
-    if base is None:
-        return []
+    ran_matrix = cells.get(server=server, api="predictions", variant=BASE_VARIANT, concurrency=1)
     picked = [LoadCell("predictions", BASE_VARIANT, 1, plan.duration_s, plan.warmup_s, section=SECTION)]
     for client, section in BEST_OF:
-        _value, best = cells.best_throughput(
-            section=section, server=server, api="predictions", client=client, model="mlp"
-        )
-        if best is not None:
-            picked.append(
-                LoadCell(
-                    "predictions",
-                    best.key.variant,
-                    best.key.concurrency,
-                    plan.duration_s,
-                    plan.warmup_s,
-                    client=client,
-                    section=SECTION,
-                )
+        default_variant, concurrency = plan.default_best
+        variant = default_variant.name
+        if ran_matrix is not None:
+            _value, best = cells.best_throughput(
+                section=section, server=server, api="predictions", client=client, model="mlp"
             )
+            if best is None:
+                continue
+            variant, concurrency = best.key.variant, best.key.concurrency
+        picked.append(
+            LoadCell(
+                "predictions",
+                variant,
+                concurrency,
+                plan.duration_s,
+                plan.warmup_s,
+                client=client,
+                section=SECTION,
+            )
+        )
     return picked
 
 

@@ -72,6 +72,13 @@ class HeadToHead:
     warmup_s: float
     # Load before the first round (TorchServe's JVM needs ~60 s of it to reach its steady speed).
     server_warmup_s: float
+    # The best cell of a server that ran no matrix cells (the quick preset runs TorchServe only
+    # head to head): TorchServe's best with either client in every full run so far.
+    default_best: tuple[Variant, int] = (Variant("mlp", batch_size=8, workers=1, policy="fill"), 64)
+
+    def variants(self) -> list[Variant]:
+        """The archives the rounds may need besides the groups' own."""
+        return [Variant("mlp"), self.default_best[0]]
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,8 @@ class Plan:
             seen.setdefault(base.name, base)
         if self.register_reps:
             seen.setdefault(Variant("mlp").name, Variant("mlp"))
+        for variant in self.head_to_head.variants() if self.head_to_head else ():
+            seen.setdefault(variant.name, variant)
         return list(seen.values())
 
 
@@ -182,6 +191,8 @@ class Sizes:
     cnn_paired_rounds: int = 0
     # Rounds of Sluice and TorchServe head to head on their mlp cells (0: none).
     head_to_head_rounds: int = 0
+    # TorchServe's own groups (mlp, CNN, stream); without them it runs only head to head.
+    torchserve_groups: bool = True
 
 
 def paired_low_load(
@@ -332,7 +343,7 @@ def _idle_groups(sizes: Sizes) -> list[Group]:
 
 def build(sizes: Sizes) -> Plan:
     groups: list[Group] = []
-    for server in SERVERS:
+    for server in SERVERS if sizes.torchserve_groups else ("sluice",):
         groups.append(_mlp_group(server, sizes))
         groups += _cnn_groups(server, sizes)
         groups.append(_stream_group(server, sizes))

@@ -103,7 +103,9 @@ def head_to_head_table(cells: Cells) -> list[str]:
         ["measure", "Sluice cell", "Sluice", "TorchServe cell", "TorchServe", "S/TS", "S/TS by round"],
         rows,
         "After all groups both servers run at once, each with the archives of its own cells: batching "
-        "off at C=1, and its best matrix cell for each client. Each round runs one server's cells, "
+        "off at C=1, and its best matrix cell for each client (a server whose groups this preset "
+        "does not run gets batch 8, one worker, C=64: TorchServe's best in every full run so far). "
+        "Each round runs one server's cells, "
         "then the other's (A B, B A, ...), so drift over the run falls on both alike; the latency and "
         "throughput targets compare these medians.",
     )

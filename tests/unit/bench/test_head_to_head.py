@@ -58,7 +58,25 @@ def test_each_server_gets_c1_and_its_own_best_cell_per_client() -> None:
         ("python", "mlp_b8_w1_fill", 16, section),
         ("h2load", "mlp_b8_w1_fill", 64, section),
     ]
-    assert head_to_head.picked_cells([], "sluice", PLAN) == []
+
+
+def test_a_server_without_matrix_cells_runs_the_default_best_cell_for_each_client() -> None:
+    picked = [(c.client, c.model, c.concurrency) for c in head_to_head.picked_cells([], "torchserve", PLAN)]
+    assert picked == [
+        ("python", "mlp_b1_w1", 1),
+        ("python", "mlp_b8_w1_fill", 64),
+        ("h2load", "mlp_b8_w1_fill", 64),
+    ]
+
+
+def test_the_quick_plan_runs_torchserve_only_head_to_head_with_its_archives_built() -> None:
+    quick = presets.plan("quick")
+    assert quick.with_torchserve
+    assert {group.server for group in quick.groups} == {"sluice"}
+    assert quick.head_to_head is not None
+    names = {variant.name for variant in quick.variants()}
+    assert {"mlp_b1_w1", "mlp_b8_w1_fill"} <= names
+    assert "torchserve" in {group.server for group in presets.plan("full").groups}
 
 
 def test_rounds_alternate_which_server_goes_first() -> None:
