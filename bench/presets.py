@@ -39,8 +39,9 @@ FULL = Sizes(
 )
 
 # About three minutes: every target measured once; TorchServe only in its lifecycle steps and head to
-# head (its own groups are the full preset's), still warmed for 60 s first (a JVM warmed for 20 s gave
-# 2,554 req/s in the first round and 4,100 in the second); no profiles.
+# head (its own groups are the full preset's), still warmed for 60 s first (warmed for 20 s, and on its
+# batch-1 archive alone, its batch-8 archive gave 2,554 req/s in the first round, 4,100 in the
+# second); no profiles.
 QUICK = Sizes(
     name="quick",
     reps=1,
