@@ -8,12 +8,11 @@ server's best cell for each client (a fixed cell for a server the preset runs on
 """
 
 from bench.cells import Cells, Record
-from bench.matrix import HeadToHead, LoadCell
+from bench.matrix import HEAD_TO_HEAD_BASE, HeadToHead, LoadCell
 
 SECTION = "head_to_head"
 SERVERS = ("sluice", "torchserve")
-# The archive of the C=1 latency target (batching off, one worker).
-BASE_VARIANT = "mlp_b1_w1"
+BASE_VARIANT = HEAD_TO_HEAD_BASE.name
 # (client, the matrix section its best cell is picked from)
 BEST_OF = (("python", "matrix"), ("h2load", "h2load"))
 

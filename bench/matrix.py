@@ -62,6 +62,10 @@ class Group:
         return [variant.name for variant in self.variants]
 
 
+# The archive of the C=1 latency target, run head to head by both servers: batching off, one worker.
+HEAD_TO_HEAD_BASE = Variant("mlp")
+
+
 @dataclass(frozen=True)
 class HeadToHead:
     """Sluice and TorchServe up at once after all groups, their mlp cells alternating round by round
@@ -78,7 +82,7 @@ class HeadToHead:
 
     def variants(self) -> list[Variant]:
         """The archives the rounds may need besides the groups' own."""
-        return [Variant("mlp"), self.default_best[0]]
+        return [HEAD_TO_HEAD_BASE, self.default_best[0]]
 
 
 @dataclass(frozen=True)
