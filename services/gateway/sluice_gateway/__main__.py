@@ -3,15 +3,18 @@
 import sys
 
 import uvloop
+from sluice.grpc_poller import use_completion_queue_poller
 from sluice.log import configure_logging
 
-from sluice_gateway.app import serve
 from sluice_gateway.settings import GatewaySettings
 
 
 def main() -> None:
     settings = GatewaySettings.from_command_line(sys.argv[1:], prog="python -m sluice_gateway")
     configure_logging("gateway", settings.log_format, settings.log_level)
+    use_completion_queue_poller()
+    from sluice_gateway.app import serve  # imports grpc, which reads GRPC_EXPERIMENTS as it loads
+
     uvloop.run(serve(settings))
 
 

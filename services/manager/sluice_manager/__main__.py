@@ -4,9 +4,9 @@ import asyncio
 import os
 import sys
 
+from sluice.grpc_poller import use_completion_queue_poller
 from sluice.log import configure_logging, get_logger
 
-from sluice_manager.app import ConfigError, Manager
 from sluice_manager.settings import ManagerSettings
 
 
@@ -14,6 +14,9 @@ def main() -> int:
     settings = ManagerSettings.from_command_line(sys.argv[1:], prog="python -m sluice_manager")
     configure_logging("manager", settings.log_format, settings.log_level)
     log = get_logger("sluice_manager")
+    use_completion_queue_poller()
+    from sluice_manager.app import ConfigError  # imports grpc, which reads GRPC_EXPERIMENTS as it loads
+
     try:
         return asyncio.run(_run(settings))
     except ConfigError as exc:
@@ -24,6 +27,8 @@ def main() -> int:
 
 
 async def _run(settings: ManagerSettings) -> int:
+    from sluice_manager.app import Manager
+
     return await Manager(settings, os.environ).run()
 
 
