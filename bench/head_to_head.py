@@ -23,9 +23,9 @@ def picked_cells(records: list[Record], server: str, plan: HeadToHead) -> list[L
     cells = Cells(records)
     ran_matrix = cells.get(server=server, api="predictions", variant=BASE_VARIANT, concurrency=1)
     picked = [LoadCell("predictions", BASE_VARIANT, 1, plan.duration_s, plan.warmup_s, section=SECTION)]
+    default_variant, default_concurrency = plan.default_best
     for client, section in BEST_OF:
-        default_variant, concurrency = plan.default_best
-        variant = default_variant.name
+        variant, concurrency = default_variant.name, default_concurrency
         if ran_matrix is not None:
             _value, best = cells.best_throughput(
                 section=section, server=server, api="predictions", client=client, model="mlp"
