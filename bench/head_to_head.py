@@ -1,5 +1,7 @@
 """Sluice and TorchServe head to head: both up at once after their own groups, their mlp cells run
 in alternating rounds (A B, B A, ...), so that the machine's drift over a run falls on both alike.
+The gRPC floor (:mod:`bench.servers.floor`, a grpc.aio server that answers at once) runs Sluice's
+cells in the same rounds: what no Python gRPC gateway can beat, measured beside both.
 
 The matrix measures each server's cells tens of minutes apart, and the throughput ratio moved by
 0.2-0.3 between runs an hour apart; the latency and throughput targets compare these rounds' medians
@@ -12,6 +14,8 @@ from bench.matrix import HEAD_TO_HEAD_BASE, HeadToHead, LoadCell
 
 SECTION = "head_to_head"
 SERVERS = ("sluice", "torchserve")
+FLOOR = "floor"
+ROUND_SERVERS = (*SERVERS, FLOOR)
 BASE_VARIANT = HEAD_TO_HEAD_BASE.name
 # (client, the matrix section its best cell is picked from)
 BEST_OF = (("python", "matrix"), ("h2load", "h2load"))
@@ -48,5 +52,5 @@ def picked_cells(records: list[Record], server: str, plan: HeadToHead) -> list[L
 
 
 def round_order(round_: int) -> tuple[str, ...]:
-    """A B, B A, ...: each server goes first in every other round."""
-    return SERVERS if round_ % 2 == 0 else SERVERS[::-1]
+    """A B C, C B A, ...: the first and the last server swap places every other round."""
+    return ROUND_SERVERS if round_ % 2 == 0 else ROUND_SERVERS[::-1]

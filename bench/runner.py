@@ -27,7 +27,8 @@ from bench.payloads import (
 )
 from bench.registration import REGISTER_MODEL
 from bench.results import ResultsWriter
-from bench.servers.common import Server
+from bench.servers.common import Server, predict
+from bench.servers.floor import FloorServer
 from bench.servers.inprocess import measure as measure_inprocess
 from bench.servers.sluice import SluiceServer
 from bench.servers.torchserve import TorchServeServer
@@ -257,7 +258,8 @@ class Runner:
 
     def run_head_to_head(self, plan: HeadToHead) -> None:
         """Both servers up at once, each with the archives of its picked cells; TorchServe warmed
-        up; then the rounds, each server's cells in turn (see :mod:`bench.head_to_head`)."""
+        up; the gRPC floor started with Sluice's answer to the base request, to run Sluice's cells;
+        then the rounds, each server's cells in turn (see :mod:`bench.head_to_head`)."""
         picked = {
             name: [
                 cell
@@ -266,6 +268,7 @@ class Runner:
             ]
             for name in head_to_head.SERVERS
         }
+        picked[head_to_head.FLOOR] = picked["sluice"]
         servers = {name: self._server(name, head_to_head.SECTION) for name in head_to_head.SERVERS}
         groups = {
             name: Group(
@@ -280,6 +283,13 @@ class Runner:
         with contextlib.ExitStack() as running:
             for name, server in servers.items():
                 running.enter_context(self._running(server, groups[name].models))
+            answer = predict(
+                servers["sluice"].ports.grpc_target, self.payloads[head_to_head.BASE_VARIANT].predictions
+            )
+            servers[head_to_head.FLOOR] = FloorServer(
+                self.work_dir / "servers" / f"floor-{time.time_ns()}", answer
+            )
+            running.enter_context(self._running(servers[head_to_head.FLOOR], []))
             for name, server in servers.items():
                 if groups[name].warmup_s:
                     self._warm_up(server, groups[name])

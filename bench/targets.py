@@ -56,6 +56,14 @@ def _how(rounds: int) -> str:
     return f", {rounds} head-to-head rounds" if rounds else ""
 
 
+def _floor_note(floor: float, torchserve: float, unit: str, digits: int) -> str:
+    """The gRPC floor beside a head-to-head measure: what no grpc.aio gateway can beat."""
+    return (
+        f"; the gRPC floor (a grpc.aio server that answers at once) {_fmt(floor, unit, digits)}"
+        f" = {_fmt(ratio(floor, torchserve), TIMES)} TorchServe"
+    )
+
+
 def mlp_p50_c1(cells: Cells, _records: list[Record]) -> Outcome:
     # The head-to-head rounds when the run has them, else the matrix.
     for section in (head_to_head.SECTION, "matrix"):
@@ -74,11 +82,19 @@ def mlp_p50_c1(cells: Cells, _records: list[Record]) -> Outcome:
     rounds = _rounds(found) if section == head_to_head.SECTION and all(found) else 0
     values = [cell.latency().median if cell else math.nan for cell in found]
     value = ratio(values[0], values[1])
+    floor = cells.get(
+        section=head_to_head.SECTION,
+        server=head_to_head.FLOOR,
+        api="predictions",
+        variant=head_to_head.BASE_VARIANT,
+        concurrency=1,
+    )
+    floor_note = _floor_note(floor.latency().median, values[1], " ms", 2) if rounds and floor else ""
     return Outcome(
         "mlp p50 latency at C=1 (Predictions, batching off, 1 worker)",
         "≤ 0.65\N{MULTIPLICATION SIGN} TorchServe",
         f"Sluice {_fmt(values[0], ' ms')} vs TorchServe {_fmt(values[1], ' ms')} = {_fmt(value, TIMES)}"
-        f"{_how(rounds)}",
+        f"{_how(rounds)}{floor_note}",
         value,
         0.65,
         True,
@@ -100,6 +116,14 @@ def mlp_best(client: str) -> Callable[[Cells, list[Record]], Outcome]:
         (s_value, s_cell), (t_value, t_cell) = found
         rounds = _rounds([s_cell, t_cell]) if section == head_to_head.SECTION and s_cell and t_cell else 0
         value = ratio(s_value, t_value)
+        f_value, f_cell = cells.best_throughput(
+            section=head_to_head.SECTION,
+            server=head_to_head.FLOOR,
+            api="predictions",
+            client=client,
+            model="mlp",
+        )
+        floor_note = _floor_note(f_value, t_value, " req/s", 0) if rounds and f_cell else ""
 
         def where(cell: Any) -> str:
             return f" ({cell.key.variant}, C={cell.key.concurrency})" if cell else ""
@@ -108,7 +132,7 @@ def mlp_best(client: str) -> Callable[[Cells, list[Record]], Outcome]:
             f"best mlp throughput, {client} client",
             "≥ 1.4\N{MULTIPLICATION SIGN} TorchServe's best",
             f"Sluice {_fmt(s_value, ' req/s', 0)}{where(s_cell)} vs TorchServe {_fmt(t_value, ' req/s', 0)}"
-            f"{where(t_cell)} = {_fmt(value, TIMES)}{_how(rounds)}",
+            f"{where(t_cell)} = {_fmt(value, TIMES)}{_how(rounds)}{floor_note}",
             value,
             1.4,
             False,

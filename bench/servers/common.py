@@ -108,13 +108,18 @@ def ping_healthy(target: str, timeout_s: float = 0.5) -> bool:
     return b"Healthy" in answer
 
 
-def predict_ok(target: str, request: bytes, timeout_s: float = 5.0) -> bool:
+def predict(target: str, request: bytes, timeout_s: float = 5.0) -> bytes:
+    """One ``Predictions`` call; the serialized response (grpc.RpcError when it fails)."""
     with grpc.insecure_channel(target) as channel:
-        call = channel.unary_unary(PREDICTIONS_METHOD)
-        try:
-            call(request, timeout=timeout_s)
-        except grpc.RpcError:
-            return False
+        answer: bytes = channel.unary_unary(PREDICTIONS_METHOD)(request, timeout=timeout_s)
+    return answer
+
+
+def predict_ok(target: str, request: bytes, timeout_s: float = 5.0) -> bool:
+    try:
+        predict(target, request, timeout_s)
+    except grpc.RpcError:
+        return False
     return True
 
 
