@@ -9,6 +9,7 @@ from bench import head_to_head
 from bench.cells import Cell, Cells, Record, inprocess_limit, of_kind
 from bench.report_format import error_mark, fmt, num, section, throughput
 from bench.stats import Spread, ratio
+from bench.targets import C1_LATENCY_GOAL
 
 TIMES = "\N{MULTIPLICATION SIGN}"
 
@@ -102,7 +103,7 @@ def head_to_head_table(cells: Cells) -> list[str]:
                 num(ratio(_spread(floor, at_c1).median, ts_median), 2, TIMES) if floor else "\N{EN DASH}",
             ]
         )
-    return section(
+    lines = section(
         "Head to head: Sluice and TorchServe in alternating rounds, the gRPC floor beside them",
         [
             "measure",
@@ -125,6 +126,25 @@ def head_to_head_table(cells: Cells) -> list[str]:
         "rounds: a grpc.aio server with the gateway's settings that answers every call at once with "
         "Sluice's answer (no Redis, no worker, no model). No gateway built on grpc.aio answers faster "
         "or serves more than it; where the floor/TS column misses a target, so must Sluice.",
+    )
+    budget = _c1_budget(cells)
+    # The table ends with a blank line; the budget follows it as a paragraph.
+    return [*lines, budget, ""] if lines and budget else lines
+
+
+def _c1_budget(cells: Cells) -> str:
+    """What each server spends at C=1 beyond the floor's p50, and what the latency goal leaves."""
+    found = [_head_to_head_cell(cells, server, "python", True) for server in head_to_head.ROUND_SERVERS]
+    if not all(found):
+        return ""
+    sluice, torchserve, floor = (cell.latency().median for cell in found if cell)
+    return (
+        f"At C=1 Sluice's path behind the gateway's gRPC (its p50 less the floor's) takes "
+        f"{num(sluice - floor, 2, ' ms')}, and TorchServe's whole call "
+        f"{num(torchserve - floor, 2, ' ms')} more than the floor's; the goal "
+        f"(≤ {C1_LATENCY_GOAL:.2f}{TIMES} TorchServe) leaves "
+        f"{num(C1_LATENCY_GOAL * torchserve - floor, 2, ' ms')} for everything behind the gRPC: the "
+        "enqueue, Redis both ways, the worker, the handler and the reply."
     )
 
 
