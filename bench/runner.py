@@ -184,30 +184,22 @@ class Runner:
                 )
                 if timing.to_first_prediction_s is not None and cold.count:
                     # Start with the model until it predicts, less this server's own cold start.
-                    self.writer.write(
-                        {
-                            "kind": "register",
-                            "server": kind,
-                            "rep": rep,
-                            "method": "startup",
-                            "to_first_prediction_s": timing.to_first_prediction_s,
-                            "cold_start_s": cold.median,
-                            "to_ready_s": timing.to_first_prediction_s - cold.median,
-                        }
+                    self._register_record(
+                        kind,
+                        rep,
+                        "startup",
+                        to_first_prediction_s=timing.to_first_prediction_s,
+                        cold_start_s=cold.median,
+                        to_ready_s=timing.to_first_prediction_s - cold.median,
                     )
                 seconds = registration.time_grpc_register(server, REGISTER_MODEL, probe)
                 if seconds is None:
                     log(f"{server.name}: no gRPC management API")
                 else:
-                    self.writer.write(
-                        {
-                            "kind": "register",
-                            "server": kind,
-                            "rep": rep,
-                            "method": "grpc management API",
-                            "to_ready_s": seconds,
-                        }
-                    )
+                    self._register_record(kind, rep, "grpc management API", to_ready_s=seconds)
+
+    def _register_record(self, kind: str, rep: int, method: str, **measured: float) -> None:
+        self.writer.write({"kind": "register", "server": kind, "rep": rep, "method": method, **measured})
 
     # ---- groups --------------------------------------------------------------------------------
     def run_group(self, group: Group) -> None:
