@@ -1,7 +1,8 @@
 """``python -m bench.servers.floor_main``: the floor of any Python gRPC gateway. A grpc.aio server
-with the gateway's settings (grpc core's completion-queue poller, uvloop, the same server options)
-that answers TorchServe's ``Ping`` and ``Predictions`` at once with fixed bytes: no Redis, no worker,
-no model. What a call to it costs is what Sluice's gateway pays for gRPC alone."""
+built as the gateway builds its own (grpc core's completion-queue poller, uvloop, the gateway's
+``create_server`` with its default settings) that answers TorchServe's ``Ping`` and ``Predictions``
+at once with fixed bytes: no Redis, no worker, no model. What a call to it costs is what Sluice's
+gateway pays for gRPC alone."""
 
 import argparse
 import sys
@@ -9,14 +10,12 @@ from pathlib import Path
 
 from sluice.grpc_poller import use_completion_queue_poller
 
-# As the gateway's defaults (sluice_gateway.settings), which the bench does not change.
-MAX_RECEIVE_BYTES = 64 * 1024 * 1024
-MAXIMUM_CONCURRENT_RPCS = 10_000
-
 
 async def serve(port: int, answer: bytes) -> None:
     import grpc
     from sluice.v1.torchserve_inference_pb2 import TorchServeHealthResponse
+    from sluice_gateway.grpc_api.server import create_server
+    from sluice_gateway.settings import GatewaySettings
 
     from bench.payloads import PING_METHOD, PREDICTIONS_METHOD, TS_SERVICE
 
@@ -32,14 +31,7 @@ async def serve(port: int, answer: bytes) -> None:
         PREDICTIONS_METHOD.rsplit("/", 1)[1]: grpc.unary_unary_rpc_method_handler(predictions),
         PING_METHOD.rsplit("/", 1)[1]: grpc.unary_unary_rpc_method_handler(ping),
     }
-    server = grpc.aio.server(
-        options=[
-            ("grpc.so_reuseport", 0),
-            ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-            ("grpc.max_send_message_length", -1),
-        ],
-        maximum_concurrent_rpcs=MAXIMUM_CONCURRENT_RPCS,
-    )
+    server = create_server(GatewaySettings())
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(TS_SERVICE[1:], handlers),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
