@@ -10,11 +10,11 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol as Interface
+from typing import Protocol
 
 import structlog
 from sluice import names
-from sluice.envelope import Protocol, Reply, encode_job
+from sluice.envelope import Reply, WireProtocol, encode_job
 from sluice.errors import SluiceError
 from sluice.records import VersionRecord
 
@@ -33,7 +33,7 @@ def wall_clock_ms() -> int:
 class InferenceCall:
     """One inference request as every transport hands it to the data plane."""
 
-    protocol: "Protocol.ValueType"
+    protocol: "WireProtocol.ValueType"
     model: str
     # "" selects the model's default version.
     version: str
@@ -50,7 +50,7 @@ class InferenceCall:
     stream_in_batch: bool = False
 
 
-class JobObserver(Interface):
+class JobObserver(Protocol):
     """Told about every job whose version was found (queued or refused by the queue), and about
     every such job once its caller is done with it (metrics; must not block)."""
 

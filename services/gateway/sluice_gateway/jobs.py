@@ -3,7 +3,7 @@
 import uuid
 from collections.abc import Mapping
 
-from sluice.envelope import Job, Protocol, Reply
+from sluice.envelope import Job, Reply, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 
 DEADLINE_MESSAGE = "Timed out waiting for the model's response."
@@ -17,7 +17,7 @@ def new_job_id() -> str:
 def build_job(
     *,
     job_id: str,
-    protocol: "Protocol.ValueType",
+    protocol: "WireProtocol.ValueType",
     model: str,
     version: str,
     reply_to: str,

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from sluice import keys, names, registry
 from sluice.control_redis import ControlRedis
-from sluice.envelope import Protocol, Reply
+from sluice.envelope import Reply, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import VersionRecord
 from sluice.redis_errors import RedisError
@@ -198,7 +198,7 @@ class V2Service:
                 admission.batch_size = request.inputs[0].shape[0]
 
         call = InferenceCall(
-            protocol=Protocol.KSERVE_GRPC,
+            protocol=WireProtocol.KSERVE,
             model=request.model,
             version=request.version,
             request=raw,

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 from sluice import envelope, keys
-from sluice.envelope import Job, Protocol
+from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import VersionRecord
 from sluice.redis_client import connect
@@ -86,7 +86,7 @@ class DescribeJobs:
         now_ms = int(time.time() * 1000)
         job = Job(
             job_id=call_id,
-            protocol=Protocol.DESCRIBE,
+            protocol=WireProtocol.DESCRIBE,
             model_name=record.model_name,
             model_version=record.version,
             reply_to=reply_to,

@@ -1,7 +1,7 @@
 """Typed encode/decode of what travels on Redis streams: :class:`Job` entries and :class:`Reply`
 entries, protobuf with a schema version, never pickle. A reader rejects versions it does not know."""
 
-from sluice.v1.job_pb2 import Job, Protocol, Reply
+from sluice.v1.job_pb2 import Job, Reply, WireProtocol
 
 SCHEMA_VERSION = 1
 
@@ -13,8 +13,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "EnvelopeError",
     "Job",
-    "Protocol",
     "Reply",
+    "WireProtocol",
     "decode_job",
     "decode_reply",
     "encode_job",

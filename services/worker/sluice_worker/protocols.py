@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 from google.protobuf.message import DecodeError
-from sluice.envelope import Job, Protocol
+from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 from sluice.v2_declaration import ModelTensors
@@ -21,8 +21,8 @@ from sluice_worker.v2_protocol import V2Protocol
 NO_TENSORS = ModelTensors()
 # Plain ints: reading a protobuf enum's value off its wrapper goes through a Python __getattr__, and
 # these comparisons run for every job.
-KSERVE_GRPC = int(Protocol.KSERVE_GRPC)
-TORCHSERVE_REST = int(Protocol.TORCHSERVE_REST)
+KSERVE = int(WireProtocol.KSERVE)
+TORCHSERVE_REST = int(WireProtocol.TORCHSERVE_REST)
 
 
 class TsParameter(TypedDict):
@@ -69,21 +69,21 @@ def _raw(body: bytes) -> bytes:
     return body
 
 
-_PARAMETERS: dict[Protocol.ValueType, Callable[[Job], list[TsParameter]]] = {
-    Protocol.TORCHSERVE_GRPC: _torchserve_grpc_parameters,
+_PARAMETERS: dict[WireProtocol.ValueType, Callable[[Job], list[TsParameter]]] = {
+    WireProtocol.TORCHSERVE_GRPC: _torchserve_grpc_parameters,
     # TorchServe's describe request: no inputs, header describe=True (BaseHandler.describe_handle).
-    Protocol.DESCRIBE: _no_parameters,
+    WireProtocol.DESCRIBE: _no_parameters,
 }
 
-_EXTRA_HEADERS: dict[Protocol.ValueType, dict[str, str]] = {
-    Protocol.DESCRIBE: {"describe": "True"},
+_EXTRA_HEADERS: dict[WireProtocol.ValueType, dict[str, str]] = {
+    WireProtocol.DESCRIBE: {"describe": "True"},
 }
 
-_PAYLOAD: dict[Protocol.ValueType, Callable[[bytes], bytes]] = {
-    Protocol.TORCHSERVE_GRPC: _prediction_response,
+_PAYLOAD: dict[WireProtocol.ValueType, Callable[[bytes], bytes]] = {
+    WireProtocol.TORCHSERVE_GRPC: _prediction_response,
     # TorchServe REST: the body as the handler serialized it.
-    Protocol.TORCHSERVE_REST: _raw,
-    Protocol.DESCRIBE: _raw,
+    WireProtocol.TORCHSERVE_REST: _raw,
+    WireProtocol.DESCRIBE: _raw,
 }
 
 
@@ -93,7 +93,7 @@ def handler_request(
     """The TorchServe request for ``job`` (request id = job id), or the client error it deserves.
     ``tensors``: the model's KServe v2 declaration (rows of v2 jobs depend on it).
     ``decode_input_request``: TorchServe's setting (REST JSON/text bodies reach the handler decoded)."""
-    if job.protocol == KSERVE_GRPC:
+    if job.protocol == KSERVE:
         parameters, extra_headers = V2Protocol(tensors).row(job)
     elif job.protocol == TORCHSERVE_REST:
         parameters, extra_headers = list(rest_parameters(job, decode=decode_input_request)), {}
@@ -114,9 +114,9 @@ def handler_request(
     }
 
 
-def _protocol_name(value: Protocol.ValueType) -> str:
+def _protocol_name(value: WireProtocol.ValueType) -> str:
     try:
-        return Protocol.Name(value)
+        return WireProtocol.Name(value)
     except ValueError:
         return f"protocol {int(value)}"
 
@@ -124,6 +124,6 @@ def _protocol_name(value: Protocol.ValueType) -> str:
 def reply_payload(job: Job, body: bytes, tensors: ModelTensors = NO_TENSORS) -> bytes:
     """What the gateway sends the client for one result body of ``job``; raises SluiceError when the
     body cannot be one (a v2 result that is neither v2 JSON nor tensors)."""
-    if job.protocol == KSERVE_GRPC:
+    if job.protocol == KSERVE:
         return V2Protocol(tensors).payload(job, body)
     return _PAYLOAD[job.protocol](body)

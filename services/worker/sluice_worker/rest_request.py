@@ -1,4 +1,4 @@
-"""TorchServe REST requests (``Protocol.TORCHSERVE_REST``) into the handler's inputs, exactly as
+"""TorchServe REST requests (``WireProtocol.TORCHSERVE_REST``) into the handler's inputs, exactly as
 TorchServe decodes them: the frontend splits the body into named parameters and the Python worker
 decodes each value by its content type (``ts/protocol/otf_message_handler._retrieve_input_data``).
 

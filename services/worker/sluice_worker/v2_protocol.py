@@ -1,4 +1,4 @@
-"""KServe v2 jobs (``Protocol.KSERVE_GRPC``): handler rows from a ModelInferRequest, and the
+"""KServe v2 jobs (``WireProtocol.KSERVE``): handler rows from a ModelInferRequest, and the
 ModelInferResponse built from a row's result.
 
 Two handler modes (model-config.yaml ``sluice.tensor_handler``):

@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 from google.protobuf.empty_pb2 import Empty
 from sluice import keys
-from sluice.envelope import Job, Protocol, Reply
+from sluice.envelope import Job, Reply, WireProtocol
 from sluice.errors import ErrorCode, no_worker_message
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
@@ -63,7 +63,7 @@ async def test_predictions_round_trip_is_byte_exact(
 
     (job,) = peer.jobs
     assert job.request == raw_request
-    assert job.protocol == Protocol.TORCHSERVE_GRPC
+    assert job.protocol == WireProtocol.TORCHSERVE_GRPC
     assert (job.model_name, job.model_version) == ("echo", "1.0")
     assert job.reply_to == keys.reply_stream(gateway.settings.gateway_id)
     assert len(job.job_id) == 32

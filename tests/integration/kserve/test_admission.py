@@ -197,7 +197,7 @@ async def test_good_requests_reach_the_worker_undecoded(
     assert (response.id, response.model_name, response.model_version) == ("req-1", "m", "1.0")
     (job,) = peer.jobs
     assert pb.ModelInferRequest.FromString(job.request) == request
-    assert job.protocol == 3  # KSERVE_GRPC
+    assert job.protocol == 3  # KSERVE
     # The timeout parameter (3 s) becomes the job's deadline.
     assert 2_500 < job.deadline_unix_ms - job.enqueued_unix_ms <= 3_000
 

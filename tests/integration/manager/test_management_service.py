@@ -16,7 +16,7 @@ from typing import cast
 import pytest
 import redis.asyncio as aioredis
 from sluice import envelope, keys, registry
-from sluice.envelope import Job, Protocol
+from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice_manager.archives import ExtractionLimits
 from sluice_manager.describe_job import DescribeJobs
@@ -236,7 +236,7 @@ async def test_unregister_answers_queued_jobs_and_removes_every_key(api: Api) ->
     reply_to = keys.reply_stream("test-gateway")
     await api.redis.xadd(reply_to, {"x": "1"})
     for index in range(3):  # the fake worker never reads its stream: these stay queued
-        job = Job(job_id=f"job-{index}", protocol=Protocol.TORCHSERVE_GRPC, reply_to=reply_to)
+        job = Job(job_id=f"job-{index}", protocol=WireProtocol.TORCHSERVE_GRPC, reply_to=reply_to)
         await api.redis.xadd(keys.job_stream("echo", "1.0"), {envelope.FIELD: envelope.encode_job(job)})
     await api.redis.set(keys.cancel("echo", "1.0", "job-0"), b"1", px=60_000)
     await api.service.unregister("echo", None)
@@ -409,7 +409,7 @@ async def _queue_jobs(api: Api, model: str, count: int) -> str:
     reply_to = keys.reply_stream(f"gw-{model}")
     await api.redis.xadd(reply_to, {"x": "1"})
     for index in range(count):
-        job = Job(job_id=f"{model}-{index}", protocol=Protocol.TORCHSERVE_GRPC, reply_to=reply_to)
+        job = Job(job_id=f"{model}-{index}", protocol=WireProtocol.TORCHSERVE_GRPC, reply_to=reply_to)
         await api.redis.xadd(keys.job_stream(model, "1.0"), {envelope.FIELD: envelope.encode_job(job)})
     return reply_to
 

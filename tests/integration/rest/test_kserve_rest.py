@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
-from sluice.envelope import Job, Protocol, Reply
+from sluice.envelope import Job, Reply, WireProtocol
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v2_declaration import ModelTensors, TensorSpec
 
@@ -30,7 +30,7 @@ TENSORS = ModelTensors(
 
 async def doubler(job: Job) -> AsyncIterator[Reply]:
     """OUT = 2 * IN (FP32), ECHO = TXT; raw outputs, as the worker codec answers."""
-    assert job.protocol == Protocol.KSERVE_GRPC
+    assert job.protocol == WireProtocol.KSERVE
     request = pb.ModelInferRequest.FromString(job.request)
     (shape_in, raw_in), (shape_txt, raw_txt) = [
         (list(t.shape), r) for t, r in zip(request.inputs, request.raw_input_contents, strict=True)

@@ -9,7 +9,7 @@ import aiohttp
 import grpc
 import redis.asyncio as aioredis
 from sluice import keys
-from sluice.envelope import Job, Protocol, Reply
+from sluice.envelope import Job, Reply, WireProtocol
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
 from sluice_gateway.app import Gateway
@@ -20,7 +20,7 @@ from tests.support.responder import ok
 
 
 async def answer(job: Job) -> AsyncIterator[Reply]:
-    reply = raw(job, job.request) if job.protocol == Protocol.TORCHSERVE_REST else ok(job, b"grpc")
+    reply = raw(job, job.request) if job.protocol == WireProtocol.TORCHSERVE_REST else ok(job, b"grpc")
     reply.started_unix_ms = job.enqueued_unix_ms + 5  # "queued for 5 ms"
     yield reply
 

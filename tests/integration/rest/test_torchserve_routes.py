@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import redis.asyncio as aioredis
-from sluice.envelope import Job, Protocol, Reply
+from sluice.envelope import Job, Reply, WireProtocol
 from sluice_gateway.rest_api.openapi import api_description
 
 from tests.integration.gateway.conftest import register
@@ -47,7 +47,7 @@ async def test_prediction_carries_body_and_headers(http, redis_client, responder
         request_id = resp.headers["x-request-id"]
     (job,) = peer.jobs
     assert job.job_id == request_id
-    assert job.protocol == Protocol.TORCHSERVE_REST
+    assert job.protocol == WireProtocol.TORCHSERVE_REST
     assert not job.streaming  # batchable: the handler decides whether it streams
     assert job.request == b"\x00raw"
     assert job.headers["Content-Type"] == "application/x-thing"

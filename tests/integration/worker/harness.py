@@ -16,7 +16,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 from sluice import envelope, keys, registry
-from sluice.envelope import Job, Protocol, Reply
+from sluice.envelope import Job, Reply, WireProtocol
 from sluice.records import VersionRecord, WorkerRecord
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
@@ -158,7 +158,7 @@ def job(
     streaming: bool = False,
     headers: Mapping[str, str] | None = None,
     deadline_unix_ms: int = 0,
-    protocol: "Protocol.ValueType" = Protocol.TORCHSERVE_GRPC,
+    protocol: "WireProtocol.ValueType" = WireProtocol.TORCHSERVE_GRPC,
     queued_ms: int = 0,
 ) -> Job:
     """A job as the gateway builds it for a TorchServe gRPC call (``queued_ms`` ago)."""
@@ -172,7 +172,7 @@ def job(
         deadline_unix_ms=deadline_unix_ms,
         streaming=streaming,
         headers=dict(headers or {}),
-        request=request.SerializeToString() if protocol == Protocol.TORCHSERVE_GRPC else b"",
+        request=request.SerializeToString() if protocol == WireProtocol.TORCHSERVE_GRPC else b"",
         enqueued_unix_ms=int(time.time() * 1000) - queued_ms,
     )
 

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 import torch
 from sluice import keys
-from sluice.envelope import Protocol
+from sluice.envelope import WireProtocol
 from sluice.errors import ErrorCode
 from sluice.records import VersionRecord
 
@@ -140,17 +140,17 @@ async def test_row_status_and_response_headers_reach_the_reply(
 async def test_describe_jobs_get_the_raw_describe_output(
     echo: VersionRecord, client: "aioredis.Redis"
 ) -> None:
-    job_id, replies = await _call(client, {}, protocol=Protocol.DESCRIBE)
+    job_id, replies = await _call(client, {}, protocol=WireProtocol.DESCRIBE)
     reply = await replies.final(job_id)
     assert reply.error_code == ""
     assert json.loads(reply.payload) == {"description": "echo", "model": MODEL}
 
 
 async def test_unsupported_protocols_fail_cleanly(echo: VersionRecord, client: "aioredis.Redis") -> None:
-    job_id, replies = await _call(client, {}, protocol=Protocol.KSERVE_REST)
+    job_id, replies = await _call(client, {}, protocol=4)  # type: ignore[arg-type]  # reserved, unused
     reply = await replies.final(job_id)
     assert (reply.error_code, reply.status_code) == (ErrorCode.INTERNAL.value, 500)
-    assert "KSERVE_REST" in reply.message
+    assert "protocol 4" in reply.message
 
 
 async def test_acked_jobs_leave_the_stream(echo: VersionRecord, client: "aioredis.Redis") -> None:

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sluice.envelope import Protocol, Reply, decode_job
+from sluice.envelope import Reply, WireProtocol, decode_job
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import VersionRecord
 from sluice_gateway.dataplane import DataPlane, InferenceCall
@@ -71,7 +71,7 @@ class Setup:
 
 
 def call(model: str = "echo", version: str = "", timeout_s: float | None = None) -> InferenceCall:
-    return InferenceCall(Protocol.TORCHSERVE_GRPC, model, version, b"request", timeout_s=timeout_s)
+    return InferenceCall(WireProtocol.TORCHSERVE_GRPC, model, version, b"request", timeout_s=timeout_s)
 
 
 async def answered(setup: Setup, start: Callable[[], Any], **reply: Any) -> Any:
@@ -202,7 +202,7 @@ async def test_stream_fails_when_a_new_attempt_follows_forwarded_chunks() -> Non
 async def test_submit_stream_marks_the_job_streaming_with_headers() -> None:
     setup = Setup()
     job = await setup.plane.submit_stream(
-        InferenceCall(Protocol.TORCHSERVE_GRPC, "echo", "", b"r", headers={"ts_request_sequence_id": "s"})
+        InferenceCall(WireProtocol.TORCHSERVE_GRPC, "echo", "", b"r", headers={"ts_request_sequence_id": "s"})
     )
     sent = decode_job(setup.queue.jobs[0][2])
     assert sent.streaming

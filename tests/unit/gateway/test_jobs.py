@@ -1,7 +1,7 @@
 """Job building and failure-reply mapping (pure)."""
 
 import pytest
-from sluice.envelope import Protocol, Reply, decode_job, encode_job
+from sluice.envelope import Reply, WireProtocol, decode_job, encode_job
 from sluice.errors import ErrorCode
 from sluice_gateway.jobs import build_job, effective_timeout_s, failure_from_reply, new_job_id
 
@@ -9,7 +9,7 @@ from sluice_gateway.jobs import build_job, effective_timeout_s, failure_from_rep
 def test_build_job_carries_everything_the_worker_needs() -> None:
     job = build_job(
         job_id="abc",
-        protocol=Protocol.TORCHSERVE_GRPC,
+        protocol=WireProtocol.TORCHSERVE_GRPC,
         model="echo",
         version="1.0",
         reply_to="sluice:{gw:g1}:replies",
@@ -21,7 +21,7 @@ def test_build_job_carries_everything_the_worker_needs() -> None:
     )
     decoded = decode_job(encode_job(job))
     assert decoded.job_id == "abc"
-    assert decoded.protocol == Protocol.TORCHSERVE_GRPC
+    assert decoded.protocol == WireProtocol.TORCHSERVE_GRPC
     assert (decoded.model_name, decoded.model_version) == ("echo", "1.0")
     assert decoded.reply_to == "sluice:{gw:g1}:replies"
     assert decoded.request == b"\x0a\x04echo"

@@ -1,12 +1,12 @@
 import pytest
 from sluice import envelope
-from sluice.envelope import EnvelopeError, Job, Protocol, Reply
+from sluice.envelope import EnvelopeError, Job, Reply, WireProtocol
 
 
 def test_job_round_trip_keeps_every_field() -> None:
     job = Job(
         job_id="abc",
-        protocol=Protocol.TORCHSERVE_GRPC,
+        protocol=WireProtocol.TORCHSERVE_GRPC,
         model_name="mnist",
         model_version="1.0",
         reply_to="sluice:{gw:1}:replies",

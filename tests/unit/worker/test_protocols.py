@@ -1,7 +1,7 @@
 """Handler rows for each protocol, checked through TorchServe's own request decoding."""
 
 import pytest
-from sluice.envelope import Job, Protocol
+from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 from sluice_worker import protocols
@@ -12,7 +12,7 @@ def _grpc_job(inputs: dict[str, bytes], headers: dict[str, str] | None = None, j
     request = PredictionsRequest(model_name="m", input=inputs)
     return Job(
         job_id=job_id,
-        protocol=Protocol.TORCHSERVE_GRPC,
+        protocol=WireProtocol.TORCHSERVE_GRPC,
         request=request.SerializeToString(),
         headers=headers or {},
     )
@@ -42,20 +42,20 @@ def test_a_batch_keeps_one_row_and_request_id_per_job() -> None:
 
 
 def test_describe_rows_are_empty_with_the_describe_header() -> None:
-    job = Job(job_id="d", protocol=Protocol.DESCRIBE)
+    job = Job(job_id="d", protocol=WireProtocol.DESCRIBE)
     processors, rows, _ = Service.retrieve_data_for_inference([protocols.handler_request(job)])
     assert rows == [{}]
     assert processors[0].get_request_property("describe") == "True"
 
 
 def test_undecodable_prediction_request_is_a_client_error() -> None:
-    job = Job(job_id="bad", protocol=Protocol.TORCHSERVE_GRPC, request=b"\xff\xff\xff")
+    job = Job(job_id="bad", protocol=WireProtocol.TORCHSERVE_GRPC, request=b"\xff\xff\xff")
     with pytest.raises(SluiceError) as caught:
         protocols.handler_request(job)
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
 
 
-@pytest.mark.parametrize("protocol", [Protocol.PROTOCOL_UNSPECIFIED, Protocol.KSERVE_REST, 99])
+@pytest.mark.parametrize("protocol", [WireProtocol.WIRE_PROTOCOL_UNSPECIFIED, 4, 99])
 def test_protocols_this_worker_does_not_serve_are_refused(protocol: int) -> None:
     with pytest.raises(SluiceError) as caught:
         protocols.handler_request(Job(job_id="x", protocol=protocol))  # type: ignore[arg-type]
@@ -63,13 +63,13 @@ def test_protocols_this_worker_does_not_serve_are_refused(protocol: int) -> None
 
 
 def test_reply_payloads() -> None:
-    grpc = protocols.reply_payload(Job(protocol=Protocol.TORCHSERVE_GRPC), b"out")
+    grpc = protocols.reply_payload(Job(protocol=WireProtocol.TORCHSERVE_GRPC), b"out")
     assert PredictionResponse.FromString(grpc) == PredictionResponse(prediction=b"out")
-    assert protocols.reply_payload(Job(protocol=Protocol.DESCRIBE), b'{"a": 1}') == b'{"a": 1}'
+    assert protocols.reply_payload(Job(protocol=WireProtocol.DESCRIBE), b'{"a": 1}') == b'{"a": 1}'
 
 
 def test_torchserve_rest_rows_and_payloads() -> None:
-    job = Job(job_id="r1", protocol=Protocol.TORCHSERVE_REST, request=b'{"a": 1}')
+    job = Job(job_id="r1", protocol=WireProtocol.TORCHSERVE_REST, request=b'{"a": 1}')
     job.headers.update({"Content-Type": "application/json", "url_path": "x/y", "explain": "False"})
     request = protocols.handler_request(job)
     assert request["parameters"] == [{"name": "body", "contentType": "application/json", "value": {"a": 1}}]

@@ -1,6 +1,6 @@
 """Reply sequencing: seq per job from 0, one final reply per job, TorchServe's errors."""
 
-from sluice.envelope import Job, Protocol
+from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse
 from sluice_worker.delivery import Delivery
@@ -11,7 +11,7 @@ REPLY_TO = "sluice:{gw:g}:replies"
 
 
 def _delivery(job_id: str, streaming: bool = False, attempt: int = 1) -> Delivery:
-    job = Job(job_id=job_id, protocol=Protocol.TORCHSERVE_GRPC, reply_to=REPLY_TO, streaming=streaming)
+    job = Job(job_id=job_id, protocol=WireProtocol.TORCHSERVE_GRPC, reply_to=REPLY_TO, streaming=streaming)
     return Delivery(entry_id=job_id.encode(), job=job, attempt=attempt)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from sluice.envelope import Job, Protocol
+from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v2_declaration import ModelTensors, TensorSpec
@@ -35,7 +35,7 @@ def _job(**fields: Any) -> Job:
     )
     return Job(
         job_id="job-1",
-        protocol=Protocol.KSERVE_GRPC,
+        protocol=WireProtocol.KSERVE,
         model_name="m",
         model_version="2.0",
         request=request.SerializeToString(),
@@ -98,7 +98,7 @@ def test_tensor_rows_hold_arrays(library: str) -> None:
 
 
 def test_an_undecodable_request_is_a_client_error() -> None:
-    job = Job(job_id="j", protocol=Protocol.KSERVE_GRPC, request=b"\xff\xff")
+    job = Job(job_id="j", protocol=WireProtocol.KSERVE, request=b"\xff\xff")
     with pytest.raises(SluiceError) as caught:
         protocols.handler_request(job)
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT

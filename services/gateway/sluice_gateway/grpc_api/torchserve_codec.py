@@ -4,7 +4,7 @@ gateway adds (``sequence_id``) are appended as serialized fields, which protobuf
 
 import grpc
 from google.protobuf.message import DecodeError
-from sluice.envelope import Protocol
+from sluice.envelope import WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
@@ -20,7 +20,7 @@ SEQUENCE_ID_HEADER = "ts_request_sequence_id"
 SEQUENCE_START_HEADER = "ts_request_sequence_start"
 SEQUENCE_END_HEADER = "ts_request_sequence_end"
 # Read once: a protobuf enum value read off its wrapper goes through a Python __getattr__.
-TORCHSERVE_GRPC = Protocol.TORCHSERVE_GRPC
+TORCHSERVE_GRPC = WireProtocol.TORCHSERVE_GRPC
 
 
 def parse_request(raw: bytes) -> PredictionsRequest:

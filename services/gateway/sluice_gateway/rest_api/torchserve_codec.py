@@ -3,7 +3,7 @@ headers (as sent); the worker decodes it the way TorchServe's worker does (JSON,
 multipart). Replies carry the raw body and the handler's status, phrase, content type and headers."""
 
 from aiohttp import hdrs, web
-from sluice.envelope import Protocol, Reply
+from sluice.envelope import Reply, WireProtocol
 from sluice.torchserve_http import NO_CONTENT_TYPE
 
 from sluice_gateway.dataplane import InferenceCall
@@ -27,7 +27,7 @@ def to_call(
     version: str,
     explain: bool,
     url_path: str | None,
-    protocol: "Protocol.ValueType" = Protocol.TORCHSERVE_REST,
+    protocol: "WireProtocol.ValueType" = WireProtocol.TORCHSERVE_REST,
 ) -> InferenceCall:
     headers = request_headers(request)
     if url_path is not None:
