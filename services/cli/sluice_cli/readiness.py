@@ -49,7 +49,7 @@ def ready_workers(client: "redis.Redis", model: str, version: str) -> int:
 
 
 def restart_failures(client: "redis.Redis", model: str, version: str) -> int:
-    # The manager's restart streak: JSON {"failures": n, ...} (see sluice_manager.worker_state).
+    # The manager's restart streak: JSON {"failures": n, ...} (see sluice_manager.supervision.worker_state).
     raw = client.hget(keys.RESTARTS, f"{model}:{version}")
     if raw is None:
         return 0

@@ -95,7 +95,8 @@ def kill_leftover_workers(redis_url: str) -> int:
 
 
 def _worker_ref(raw: bytes | str, host: str) -> ProcessRef | None:
-    # A LaunchRecord (sluice_manager.launcher), read as plain JSON: the CLI does not import the manager.
+    # A LaunchRecord (sluice_manager.supervision.launchers), read as plain JSON: the CLI does not
+    # import the manager.
     try:
         record = json.loads(raw)
         if record.get("host") != host or not record.get("pid"):

@@ -20,20 +20,20 @@ from sluice.redis_client import connect
 from sluice.redis_url import redacted
 from sluice.worker_standby import STANDBY_FLAG
 
-from sluice_manager.archives import ExtractionLimits
-from sluice_manager.control_plane import ControlPlane, ControlPlaneConfig
-from sluice_manager.external_launcher import ExternalLauncher
-from sluice_manager.launcher import Launcher
-from sluice_manager.lease import ManagerLease
-from sluice_manager.load_models import startup_specs
-from sluice_manager.management_api import ApiSeams, ManagementApi
-from sluice_manager.policy import Timing
-from sluice_manager.process_launcher import ProcessLauncher, worker_command
-from sluice_manager.reconciler import Reconciler, ReconcilerConfig
-from sluice_manager.security import ManagerSecurity, manager_security, warn_exposure
+from sluice_manager.api.management_api import ApiSeams, ManagementApi
+from sluice_manager.api.security import ManagerSecurity, manager_security, warn_exposure
+from sluice_manager.models.archives import ExtractionLimits
+from sluice_manager.models.control_plane import ControlPlane, ControlPlaneConfig
+from sluice_manager.models.load_models import startup_specs
+from sluice_manager.models.startup import load_startup_models, remove_unused_model_dirs
+from sluice_manager.models.version_config import ServerDefaults, parse_models_json
 from sluice_manager.settings import ManagerSettings
-from sluice_manager.startup import load_startup_models, remove_unused_model_dirs
-from sluice_manager.version_config import ServerDefaults, parse_models_json
+from sluice_manager.supervision.launchers.legacy_base import Launcher
+from sluice_manager.supervision.launchers.legacy_external import ExternalLauncher
+from sluice_manager.supervision.launchers.legacy_process import ProcessLauncher, worker_command
+from sluice_manager.supervision.lease import ManagerLease
+from sluice_manager.supervision.policy import Timing
+from sluice_manager.supervision.reconciler import Reconciler, ReconcilerConfig
 from sluice_manager.waiting import finish, wait_any
 
 log = get_logger(__name__)

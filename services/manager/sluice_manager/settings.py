@@ -22,7 +22,7 @@ from sluice.typed import (
     PositiveInt,
 )
 
-from sluice_manager.url_policy import UrlPolicy
+from sluice_manager.models.url_policy import UrlPolicy
 
 GIB = 1024**3
 
@@ -95,7 +95,7 @@ class ManagerSettings(AuthSettings):
     number_of_gpu: NonNegativeInt = 0
     # Register / unregister through the management API (off by default, as in TorchServe 0.12).
     enable_model_api: bool = False
-    # Model URLs the manager may fetch (sluice_manager.url_policy): comma-separated regexes, empty by
+    # Model URLs the manager may fetch (sluice_manager.models.url_policy): comma-separated regexes, empty by
     # default (no remote URL at all; TorchServe's default allows every URL). Non-public addresses need
     # their network (CIDR) in allowed_url_networks.
     allowed_urls: str = ""

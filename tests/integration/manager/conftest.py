@@ -15,10 +15,10 @@ import pytest
 import redis.asyncio as aioredis
 from sluice import registry
 from sluice.records import VersionRecord
-from sluice_manager.launcher import Launcher
-from sluice_manager.policy import Timing
-from sluice_manager.process_launcher import ProcessLauncher, find_process, worker_command
-from sluice_manager.reconciler import Reconciler, ReconcilerConfig
+from sluice_manager.supervision.launchers.legacy_base import Launcher
+from sluice_manager.supervision.launchers.legacy_process import ProcessLauncher, find_process, worker_command
+from sluice_manager.supervision.policy import Timing
+from sluice_manager.supervision.reconciler import Reconciler, ReconcilerConfig
 
 from tests.support.redis_server import RedisServer
 

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 from sluice import keys
-from sluice_manager.tasks import QUEUE, celery_app, submit
+from sluice_manager.operations.celery_app import QUEUE, celery_app, submit
 
 from tests.support.redis_server import RedisServer, redis_with_socket
 

@@ -12,10 +12,10 @@ import redis.asyncio as aioredis
 from sluice import keys, registry
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import BatchPolicy, VersionState
-from sluice_manager.control_plane import ControlPlane, ControlPlaneConfig
-from sluice_manager.removal import RemovalConfig, Remover
-from sluice_manager.startup import remove_unused_model_dirs
-from sluice_manager.version_config import RegisterOptions, ServerDefaults
+from sluice_manager.models.control_plane import ControlPlane, ControlPlaneConfig
+from sluice_manager.models.removal import RemovalConfig, Remover
+from sluice_manager.models.startup import remove_unused_model_dirs
+from sluice_manager.models.version_config import RegisterOptions, ServerDefaults
 
 from tests.support.models import ECHO_HANDLER, echo_model, write_mar
 

@@ -54,7 +54,7 @@ def launch(redis_server: RedisServer, tmp_path: Path, managers: list[Manager], *
 
 def kill_9(manager: Manager) -> None:
     children = psutil.Process(manager.service.process.pid).children(recursive=True)
-    task_workers = [c for c in children if "sluice_manager.task_worker" in " ".join(c.cmdline())]
+    task_workers = [c for c in children if "sluice_manager.operations.task_worker" in " ".join(c.cmdline())]
     assert task_workers
     manager.service.process.kill()
     manager.service.process.wait()
@@ -139,7 +139,7 @@ async def test_a_killed_task_worker_is_replaced_and_operations_go_on(
     [task_worker] = [
         child
         for child in psutil.Process(manager.service.process.pid).children()
-        if "sluice_manager.task_worker" in " ".join(child.cmdline())
+        if "sluice_manager.operations.task_worker" in " ".join(child.cmdline())
     ]
     for process in [task_worker, *task_worker.children(recursive=True)]:
         process.kill()

@@ -18,17 +18,17 @@ import redis.asyncio as aioredis
 from sluice import envelope, keys, registry
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
-from sluice_manager.archives import ExtractionLimits
-from sluice_manager.describe_job import DescribeJobs
-from sluice_manager.fetch import settings_download
-from sluice_manager.management import ManagementConfig, ManagementService, RegisterRequest, ScaleRequest
-from sluice_manager.op_runner import OperationRunner, RunnerConfig
-from sluice_manager.operations import OperationStore, OpKind, OpState
-from sluice_manager.redis_lock import TokenLock, model_lock
-from sluice_manager.registration import RegistrationConfig
-from sluice_manager.removal import RemovalConfig
+from sluice_manager.api.describe_job import DescribeJobs
+from sluice_manager.api.management import ManagementConfig, ManagementService, RegisterRequest, ScaleRequest
+from sluice_manager.models.archives import ExtractionLimits
+from sluice_manager.models.fetch import settings_download
+from sluice_manager.models.registration import RegistrationConfig
+from sluice_manager.models.removal import RemovalConfig
+from sluice_manager.models.version_config import RegisterOptions, ServerDefaults
+from sluice_manager.operations.op_runner import OperationRunner, RunnerConfig
+from sluice_manager.operations.redis_lock import TokenLock, model_lock
+from sluice_manager.operations.store import OperationStore, OpKind, OpState
 from sluice_manager.settings import ManagerSettings
-from sluice_manager.version_config import RegisterOptions, ServerDefaults
 
 from tests.integration.manager.conftest import Harness, StartHarness
 from tests.support.eventually import eventually
@@ -446,7 +446,7 @@ async def test_set_default_racing_unregister_never_leaves_a_dangling_default(api
 
 
 async def test_register_from_a_url_goes_through_the_downloader(api: Api, tmp_path: Path) -> None:
-    """A URL is fetched by ``sluice_manager.download`` under ``allowed_urls`` into a private folder,
+    """A URL is fetched by ``sluice_manager.models.download`` under ``allowed_urls`` into a private folder,
     never into the model store, and the download is gone once unpacked."""
     elsewhere = tmp_path / "published"
     write_mar(echo_model("remote", config=FAST), elsewhere)

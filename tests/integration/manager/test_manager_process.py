@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 from sluice import keys
 from sluice.records import StartupReport
-from sluice_manager.worker_state import WorkerStateStore
+from sluice_manager.supervision.worker_state import WorkerStateStore
 
 from tests.integration.manager.conftest import FAKE_WORKER, REPO, child_env, ready_ids
 from tests.integration.manager.fake_worker import starts_key

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import psutil
 from sluice.worker_standby import STANDBY_FLAG
-from sluice_manager.launcher import ProcessState, WorkerSpec
-from sluice_manager.process_launcher import ProcessLauncher
+from sluice_manager.supervision.launchers.legacy_base import ProcessState, WorkerSpec
+from sluice_manager.supervision.launchers.legacy_process import ProcessLauncher
 
 from tests.support.eventually import eventually
 

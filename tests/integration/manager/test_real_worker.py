@@ -6,9 +6,9 @@ import signal
 from pathlib import Path
 
 import redis.asyncio as aioredis
-from sluice_manager.control_plane import ControlPlane, ControlPlaneConfig
-from sluice_manager.version_config import RegisterOptions
-from sluice_manager.worker_state import WorkerStateStore
+from sluice_manager.models.control_plane import ControlPlane, ControlPlaneConfig
+from sluice_manager.models.version_config import RegisterOptions
+from sluice_manager.supervision.worker_state import WorkerStateStore
 from sluice_worker.demo_model import write_archive
 
 from tests.integration.manager.conftest import StartHarness, ready_ids

@@ -12,10 +12,10 @@ from typing import cast
 import psutil
 import redis.asyncio as aioredis
 from sluice import keys
-from sluice_manager.external_launcher import ExternalLauncher
-from sluice_manager.launcher import ProcessState
-from sluice_manager.reconciler import Reconciler, ReconcilerConfig
-from sluice_manager.worker_state import WorkerStateStore
+from sluice_manager.supervision.launchers.legacy_base import ProcessState
+from sluice_manager.supervision.launchers.legacy_external import ExternalLauncher
+from sluice_manager.supervision.reconciler import Reconciler, ReconcilerConfig
+from sluice_manager.supervision.worker_state import WorkerStateStore
 
 from tests.integration.manager.conftest import (
     FAKE_WORKER,

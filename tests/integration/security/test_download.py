@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from sluice.errors import ErrorCode, SluiceError
-from sluice_manager.archives import ArchiveKind
-from sluice_manager.download import download_archive, downloaded
+from sluice_manager.models.archives import ArchiveKind
+from sluice_manager.models.download import download_archive, downloaded
+from sluice_manager.models.url_policy import UrlPolicy
 from sluice_manager.settings import ManagerSettings
-from sluice_manager.url_policy import UrlPolicy
 
 ARCHIVE = b"PK\x05\x06" + b"\x00" * 18  # an empty zip
 LOOPBACK = "127.0.0.1/32"

@@ -17,8 +17,8 @@ from sluice.auth_http import management_scope, token_middleware
 from sluice.auth_keys import KeyKind, KeySet, digest, read_key_file
 from sluice.auth_store import TokenStore, TokenVerifier
 from sluice.errors import SluiceError
-from sluice_manager.token_api import TokenRoutes
-from sluice_manager.token_keys import KeyAuthority
+from sluice_manager.api.token_api import TokenRoutes
+from sluice_manager.api.token_keys import KeyAuthority
 
 from tests.support.token_matrix import AUTH_FAILED, Method, call_raw, granted
 

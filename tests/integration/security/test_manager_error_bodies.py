@@ -9,8 +9,8 @@ import aiohttp
 import grpc
 import pytest
 from aiohttp import web
-from sluice_manager.grpc_api.server import ManagementGrpcServer
-from sluice_manager.rest_api.server import create_app
+from sluice_manager.api.grpc_api.server import ManagementGrpcServer
+from sluice_manager.api.rest_api.server import create_app
 
 from tests.integration.security.test_error_bodies import SECRET, assert_clean
 from tests.support.token_matrix import Method, call_raw

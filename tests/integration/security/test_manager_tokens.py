@@ -17,8 +17,8 @@ from sluice.auth_keys import Key, KeyKind, KeySet, read_key_file
 from sluice.auth_store import TokenStore
 from sluice.redis_client import connect
 from sluice.v1 import torchserve_management_pb2
-from sluice_manager.rest_api.routes import ManagementRoutes
-from sluice_manager.token_api import TokenRoutes
+from sluice_manager.api.rest_api.routes import ManagementRoutes
+from sluice_manager.api.token_api import TokenRoutes
 
 from tests.support import management_stack, stack
 from tests.support.eventually import eventually

@@ -5,7 +5,7 @@ import pytest
 from sluice.auth_grpc import TokenAuthInterceptor
 from sluice_gateway.security import gateway_security, warn_exposure
 from sluice_gateway.settings import GatewaySettings
-from sluice_manager import security as manager_security
+from sluice_manager.api import security as manager_security
 from sluice_manager.settings import ManagerSettings
 
 

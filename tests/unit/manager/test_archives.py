@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from sluice.errors import ErrorCode, SluiceError
-from sluice_manager import archives
-from sluice_manager.archives import ArchiveError, ArchiveKind, ExtractionLimits
+from sluice_manager.models import archives
+from sluice_manager.models.archives import ArchiveError, ArchiveKind, ExtractionLimits
 
 from tests.support.models import echo_model, write_mar, write_model_dir, write_tar_gz
 

@@ -1,6 +1,6 @@
 """Celery's spelling of the services' Redis URL (pure)."""
 
-from sluice_manager.tasks import broker_url
+from sluice_manager.operations.celery_app import broker_url
 
 
 def test_tcp_urls_are_used_as_they_are() -> None:

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from sluice_manager.load_models import LoadModels, StartupModelSpec, parse_load_models, startup_specs
+from sluice_manager.models.load_models import LoadModels, StartupModelSpec, parse_load_models, startup_specs
 
 
 @pytest.mark.parametrize("value", ["", "   ", "standalone", "STANDALONE", ","])

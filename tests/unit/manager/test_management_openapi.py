@@ -1,7 +1,7 @@
 """The management port's OpenAPI document is valid OpenAPI 3.0.1 and lists every route."""
 
 from openapi_spec_validator import validate
-from sluice_manager.rest_api.openapi import api_description
+from sluice_manager.api.rest_api.openapi import api_description
 
 
 def test_document_is_valid_and_complete() -> None:

@@ -3,9 +3,9 @@
 import pytest
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1 import torchserve_management_pb2 as pb
-from sluice_manager.grpc_api.management import register_request, scale_request
-from sluice_manager.management import RegisterRequest, ScaleRequest, check_runtime, scaled_message
-from sluice_manager.rest_api import params
+from sluice_manager.api.grpc_api.management import register_request, scale_request
+from sluice_manager.api.management import RegisterRequest, ScaleRequest, check_runtime, scaled_message
+from sluice_manager.api.rest_api import params
 
 
 def test_grpc_register_zero_values_mean_unset_and_synchronous_defaults_false() -> None:

@@ -5,7 +5,7 @@ import json
 import pytest
 from sluice.records import VersionRecord
 from sluice.typed import build
-from sluice_manager.model_views import (
+from sluice_manager.api.model_views import (
     VersionView,
     WorkerView,
     describe_json,

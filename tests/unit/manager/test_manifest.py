@@ -5,8 +5,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sluice_manager.archives import ArchiveError
-from sluice_manager.manifest import (
+from sluice_manager.models.archives import ArchiveError
+from sluice_manager.models.manifest import (
     MAX_MANIFEST_BYTES,
     check_handler,
     read_archive,

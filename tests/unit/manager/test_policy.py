@@ -4,8 +4,8 @@ import itertools
 from dataclasses import replace
 
 import pytest
-from sluice_manager.launcher import ProcessState
-from sluice_manager.policy import (
+from sluice_manager.supervision.launchers.legacy_base import ProcessState
+from sluice_manager.supervision.policy import (
     BACKOFF_S,
     Actions,
     Desired,

@@ -3,8 +3,8 @@
 from pathlib import Path
 
 import pytest
+from sluice_manager.models.version_config import parse_models_json
 from sluice_manager.settings import ManagerSettings
-from sluice_manager.version_config import parse_models_json
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,8 @@ import ipaddress
 
 import pytest
 from sluice.errors import ErrorCode, SluiceError
-from sluice_manager.model_api import MODEL_API_DISABLED, require_model_api
-from sluice_manager.url_policy import UrlPolicy, address_allowed, check_url, is_url, shown
+from sluice_manager.api.model_api import MODEL_API_DISABLED, require_model_api
+from sluice_manager.models.url_policy import UrlPolicy, address_allowed, check_url, is_url, shown
 
 
 def refused(url: str, policy: UrlPolicy) -> SluiceError:

@@ -5,8 +5,8 @@ from typing import Any
 import pytest
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import BatchPolicy, VersionRecord
-from sluice_manager.manifest import ArchiveContents, Manifest, ManifestModel
-from sluice_manager.version_config import (
+from sluice_manager.models.manifest import ArchiveContents, Manifest, ManifestModel
+from sluice_manager.models.version_config import (
     ModelsJson,
     RegisterOptions,
     ServerDefaults,

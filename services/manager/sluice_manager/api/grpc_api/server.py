@@ -1,0 +1,48 @@
+"""The management grpc.aio server on ``grpc_management_address:grpc_management_port`` (TorchServe's
+127.0.0.1:7071). ``interceptors`` is where token authorization goes."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from sluice_manager.api.grpc_api.management import ManagementServicer, add_to_server
+from sluice_manager.api.management import ManagementService
+
+
+def bind_address(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+class ManagementGrpcServer:
+    def __init__(
+        self,
+        service: ManagementService,
+        *,
+        host: str,
+        port: int,
+        max_request_size: int,
+        interceptors: Sequence[Any] = (),
+    ) -> None:
+        self._server = grpc.aio.server(
+            interceptors=list(interceptors),
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", max_request_size),
+                ("grpc.max_send_message_length", -1),
+            ],
+        )
+        add_to_server(self._server, ManagementServicer(service))
+        self._address = bind_address(host, port)
+        self.port = 0
+
+    async def start(self) -> int:
+        """Bind and serve; returns the bound port (RuntimeError if it cannot bind)."""
+        self.port = self._server.add_insecure_port(self._address)
+        await self._server.start()
+        return self.port
+
+    async def stop(self, grace_s: float) -> None:
+        await self._server.stop(grace_s)

@@ -1,0 +1,342 @@
+"""The management API's domain layer: what RegisterModel, UnregisterModel, ScaleWorker, SetDefault,
+ListModels and DescribeModel do, whichever transport (gRPC 7071, REST 8081) asked. The transports only
+convert their requests into these calls and the answers back (TorchServe's defaults differ per
+transport, so each converter applies its own; everything else happens here, once).
+
+Long operations (fetching and unpacking an archive, unregistering) run as Celery tasks
+(:mod:`sluice_manager.operations.op_runner`); the call waits for their outcome. Worker counts are
+desired state in Redis that the reconcile loop applies: a synchronous call then waits until the
+workers are READY.
+"""
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from sluice import keys, names, registry
+from sluice.errors import ErrorCode, SluiceError, no_worker_message
+from sluice.log import get_logger
+from sluice.records import VersionRecord, VersionState, event
+from sluice.tasks import cancel_and_wait
+
+from sluice_manager.api.describe_job import DescribeJobs
+from sluice_manager.api.model_api import require_model_api
+from sluice_manager.api.model_views import Json, describe_json, model_list, page
+from sluice_manager.api.version_views import ready_workers, version_view, worker_counts
+from sluice_manager.models.fetch import URL_REQUIRED
+from sluice_manager.models.queued_jobs import fail_queued_jobs
+from sluice_manager.models.version_config import RegisterOptions
+from sluice_manager.operations.redis_lock import model_lock
+from sluice_manager.operations.store import Operation, OperationStore, OpKind
+from sluice_manager.supervision.worker_state import WorkerStateStore
+
+log = get_logger(__name__)
+
+ALL_VERSIONS = "all"
+PROCESSING = "Processing worker updates..."
+SCALING_IN_PROGRESS = "Workers scaling in progress..."
+RUNTIMES = frozenset({"python", "python3", "LSP"})
+
+
+@dataclass(frozen=True)
+class Status:
+    """A status answer: gRPC ``msg``, REST ``{"status": message}`` with ``http_status``."""
+
+    message: str
+    http_status: int = 200
+
+
+@dataclass(frozen=True)
+class RegisterRequest:
+    url: str
+    model_name: str | None = None
+    handler: str | None = None
+    runtime: str | None = None
+    batch_size: int | None = None
+    max_batch_delay_ms: int | None = None
+    initial_workers: int | None = None
+    synchronous: bool = True
+    response_timeout_s: int | None = None
+    startup_timeout_s: int | None = None
+
+
+@dataclass(frozen=True)
+class ScaleRequest:
+    model_name: str
+    # None: the default version (and the answer does not name a version).
+    version: str | None
+    min_workers: int
+    max_workers: int
+    synchronous: bool = False
+
+
+@dataclass(frozen=True)
+class ManagementConfig:
+    host: str
+    model_api_enabled: bool = False
+    lock_wait_s: float = 2.0
+    # How long a call waits for its Celery operation (the visibility timeout bounds every task).
+    operation_timeout_s: float = 3600.0
+    unregister_timeout_s: float = 120.0
+    # Consecutive worker failures after which a synchronous register or scale stops waiting.
+    failures_before_giving_up: int = 3
+    # How often a synchronous call looks at its workers (two cheap Redis reads): part of the
+    # register-to-READY time a client sees, ~half of it on average.
+    poll_interval_s: float = 0.02
+
+
+Submit = Callable[[str], Awaitable[None]]
+
+
+def check_runtime(runtime: str | None) -> None:
+    if runtime is None:
+        return
+    if runtime not in RUNTIMES:
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid RuntimeType value: {runtime}")
+    if runtime == "LSP":
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, "Runtime LSP is not supported by Sluice")
+
+
+def scaled_message(model: str, version: str | None, workers: int) -> str:
+    message = f"Workers scaled to {workers} for model: {model}"
+    return message if version is None else f"{message}, version: {version}"
+
+
+def registered_message(model: str, version: str, workers: int) -> str:
+    return f'Model "{model}" Version: {version} registered with {workers} initial workers'
+
+
+def failed_to_start(model: str, version: str) -> SluiceError:
+    return SluiceError(ErrorCode.INTERNAL, f"Failed to start workers for model {model} version: {version}")
+
+
+class ManagementService:
+    def __init__(
+        self,
+        redis: "aioredis.Redis",
+        config: ManagementConfig,
+        *,
+        submit: Submit,
+        describe_jobs: DescribeJobs,
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.redis = redis
+        self.config = config
+        self.ops = OperationStore(redis)
+        self.workers = WorkerStateStore(redis)
+        self._submit = submit
+        self._describe_jobs = describe_jobs
+        self._wake = wake
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def register(self, request: RegisterRequest) -> Status:
+        require_model_api(self.config.model_api_enabled)
+        if not request.url:
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, URL_REQUIRED)
+        check_runtime(request.runtime)
+        options = RegisterOptions(
+            url=request.url, model_name=request.model_name, handler=request.handler, runtime=request.runtime,
+            batch_size=request.batch_size, max_batch_delay_ms=request.max_batch_delay_ms,
+            response_timeout_s=request.response_timeout_s, startup_timeout_s=request.startup_timeout_s,
+            initial_workers=request.initial_workers,
+        )  # fmt: skip
+        op = await self._run_operation(OpKind.REGISTER, dataclasses.asdict(options))
+        if op.min_workers == 0:
+            return Status(op.message)
+        if not request.synchronous:
+            return Status(PROCESSING, 202)
+        record = await registry.get_version(self.redis, op.model_name, op.version)
+        if record is not None and await self._wait_for_workers(
+            record, record.min_workers, record.max_workers
+        ):
+            return Status(registered_message(op.model_name, op.version, op.min_workers))
+        await self._remove_after_failed_start(op.model_name, op.version)
+        raise failed_to_start(op.model_name, op.version)
+
+    async def unregister(self, model: str, version: str | None) -> Status:
+        require_model_api(self.config.model_api_enabled)
+        await self._resolve(model, version or "")
+        op = await self._run_operation(OpKind.UNREGISTER, {"model_name": model, "version": version or ""})
+        return Status(op.message)
+
+    async def scale(self, request: ScaleRequest) -> Status:
+        model = request.model_name
+        if request.min_workers < 0:
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, "min_worker cannot be negative.")
+        if request.max_workers < request.min_workers:
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, "max_worker cannot be less than min_worker.")
+        chosen = await self._resolve(model, request.version or "")
+        updated = await self._set_workers(model, chosen, request.min_workers, request.max_workers)
+        self._wake()
+        if not request.synchronous:
+            if request.max_workers == 0:
+                self._in_background(self._answer_queued_when_idle(updated))
+            return Status(PROCESSING, 202)
+        if await self._wait_for_workers(updated, request.min_workers, request.max_workers):
+            if request.max_workers == 0:
+                await self._answer_queued_when_idle(updated)
+            return Status(scaled_message(model, request.version, request.min_workers))
+        if await self._failing(model, chosen):
+            raise failed_to_start(model, chosen)
+        return Status(SCALING_IN_PROGRESS, 206)
+
+    async def _set_workers(self, model: str, version: str, low: int, high: int) -> VersionRecord:
+        """Store the version's new worker range (the reconcile loop applies it) and reset its restart
+        backoff, under the model's lock."""
+        async with model_lock(self.redis, model, wait_s=self.config.lock_wait_s):
+            record = await self._active_record(model, version)
+            updated = dataclasses.replace(record, min_workers=low, max_workers=high)
+            await self.redis.hset(
+                keys.version_config(model, version), registry.RECORD_FIELD, updated.to_json()
+            )
+            await self.workers.clear_streak(model, version)
+            await self.redis.publish(keys.EVENTS_CHANNEL, event("scaled", model, version))
+        log.info("model scaled", model=model, version=version, min_workers=low, max_workers=high)
+        return updated
+
+    async def set_default(self, model: str, version: str) -> Status:
+        names.check_model_name(model)
+        async with model_lock(self.redis, model, wait_s=self.config.lock_wait_s):
+            _, versions = await registry.model_versions(self.redis, model)
+            if not versions:
+                raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {model}")
+            if version not in versions or not await self._is_active(model, version):
+                raise SluiceError(
+                    ErrorCode.VERSION_NOT_FOUND, f"Model version {version} does not exist for model {model}"
+                )
+            await self.redis.hset(keys.model(model), registry.DEFAULT_FIELD, version)
+            await self.redis.publish(keys.EVENTS_CHANNEL, event("default", model, version))
+        log.info("default version changed", model=model, version=version)
+        return Status(f'Default version successfully updated for model "{model}" to "{version}"')
+
+    async def list_models(self, limit: int, next_page_token: int) -> Json:
+        raw_names = await self.redis.zrange(keys.MODELS, 0, -1)
+        all_names = [name.decode() if isinstance(name, bytes) else str(name) for name in raw_names]
+        window = page(len(all_names), limit, next_page_token)
+        entries: list[tuple[str, str]] = []
+        for name in all_names[window.start : window.stop]:
+            default, _ = await registry.model_versions(self.redis, name)
+            record = None if default is None else await registry.get_version(self.redis, name, default)
+            if record is not None:
+                entries.append((name, record.model_url))
+        return model_list(entries, window.next_token)
+
+    async def describe(
+        self,
+        model: str,
+        version: str | None,
+        *,
+        customized: bool = False,
+        headers: dict[str, str] | None = None,
+        body: bytes = b"",
+    ) -> list[Json]:
+        names.check_model_name(model)
+        default, versions = await registry.model_versions(self.redis, model)
+        if version == ALL_VERSIONS:
+            if not versions:
+                raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {model}")
+            chosen = sorted(versions)
+        else:
+            chosen = [registry.choose_version(model, version or "", default, versions)]
+        launched = await self.workers.launched()
+        entries: list[Json] = []
+        for name in chosen:
+            record = await registry.get_version(self.redis, model, name)
+            if record is None:
+                continue
+            view = await version_view(self.redis, record, launched, self.config.host)
+            extra = None
+            if customized and version != ALL_VERSIONS:
+                extra = await self._describe_jobs.customized(record, headers or {}, body)
+            entries.append(describe_json(view, extra))
+        if not entries:
+            raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {model}")
+        return entries
+
+    async def model_ready(self, model: str) -> Json:
+        """KServe v1 ``GET /v1/models/{m}``: ready when the default version has a READY worker."""
+        chosen = await self._resolve(model, "")
+        return {"name": model, "ready": await ready_workers(self.redis, model, chosen) > 0}
+
+    async def aclose(self) -> None:
+        for task in list(self._background):
+            # Looping tasks: redis-py can turn a cancellation into an error they carry on after.
+            await cancel_and_wait(task)
+
+    async def _resolve(self, model: str, version: str) -> str:
+        names.check_model_name(model)
+        default, versions = await registry.model_versions(self.redis, model)
+        return registry.choose_version(model, version, default, versions)
+
+    async def _is_active(self, model: str, version: str) -> bool:
+        state = await self.redis.hget(keys.version_config(model, version), "state")
+        return state in (VersionState.ACTIVE.value, VersionState.ACTIVE.value.encode())
+
+    async def _active_record(self, model: str, version: str) -> VersionRecord:
+        record = await registry.get_version(self.redis, model, version)
+        if record is None or not await self._is_active(model, version):
+            raise SluiceError(
+                ErrorCode.VERSION_NOT_FOUND, f"Model version: {version} does not exist for model: {model}"
+            )
+        return record
+
+    async def _run_operation(self, kind: OpKind, params: dict[str, object]) -> Operation:
+        op = await self.ops.create(kind, params)
+        try:
+            await self._submit(op.op_id)
+        except Exception as exc:  # the broker is unreachable: the operation never starts
+            log.warning("operation not submitted", op=op.op_id, error=repr(exc))
+            error = SluiceError(ErrorCode.UNAVAILABLE, "Service unavailable: the task queue is unreachable.")
+            await self.ops.fail(op, error)
+            raise error from exc
+        done = await self.ops.wait(op.op_id, timeout_s=self.config.operation_timeout_s)
+        self._wake()
+        if done.error_code:
+            raise done.error()
+        return done
+
+    async def _wait_for_workers(self, record: VersionRecord, low: int, high: int) -> bool:
+        """Until the version has at least ``low`` READY workers and at most ``high`` workers at all (the
+        others drained and gone): True; False if its workers keep failing or its startup timeout passes."""
+        model, version = record.model_name, record.version
+        deadline = time.monotonic() + record.startup_timeout_s
+        while True:
+            ready, total = await worker_counts(self.redis, model, version)
+            if ready >= low and total <= high:
+                return True
+            if time.monotonic() >= deadline or await self._failing(model, version):
+                return False
+            await asyncio.sleep(self.config.poll_interval_s)
+
+    async def _failing(self, model: str, version: str) -> bool:
+        streak = await self.workers.restart_streak(model, version)
+        return streak.failures >= self.config.failures_before_giving_up
+
+    async def _remove_after_failed_start(self, model: str, version: str) -> None:
+        """TorchServe unregisters a model whose workers fail to start on a synchronous register."""
+        try:
+            await self._run_operation(OpKind.UNREGISTER, {"model_name": model, "version": version})
+        except SluiceError as error:
+            log.warning("could not unregister after a failed start", model=model, version=version,
+                        error=error.message)  # fmt: skip
+
+    async def _answer_queued_when_idle(self, record: VersionRecord) -> None:
+        """Scaled to zero: once no worker is left, answer the jobs still queued (none would run them)."""
+        model, version = record.model_name, record.version
+        deadline = time.monotonic() + self.config.unregister_timeout_s
+        while time.monotonic() < deadline:
+            if not await self.redis.hlen(keys.workers(model, version)):
+                current = await registry.get_version(self.redis, model, version)
+                if current is not None and current.max_workers == 0:
+                    error = SluiceError(ErrorCode.NO_WORKER, no_worker_message(model))
+                    await fail_queued_jobs(self.redis, model, version, error)
+                return
+            await asyncio.sleep(self.config.poll_interval_s)
+
+    def _in_background(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

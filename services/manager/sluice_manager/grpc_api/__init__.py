@@ -1,2 +1,0 @@
-"""The management API over gRPC (TorchServe's ``ManagementAPIsService``): servicers convert messages
-and call :class:`~sluice_manager.management.ManagementService`; errors map in one place."""

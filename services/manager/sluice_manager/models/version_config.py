@@ -1,0 +1,222 @@
+"""How a model version's settings are chosen: TorchServe's precedence rules, as a pure function.
+
+torchserve.md section 5.3:
+- ``batchSize`` / ``maxBatchDelay``: explicit (register) value > model-config.yaml > config.properties
+  ``models`` JSON > built-in default (1 / 100 ms).
+- ``responseTimeout`` / ``startupTimeout``: yaml (whenever set) > ``models`` JSON > explicit value >
+  ``default_response_timeout`` / ``default_startup_timeout``.
+- ``minWorkers`` / ``maxWorkers``: yaml when ``minWorkers > 0 and maxWorkers >= minWorkers``; else at
+  startup the ``models`` JSON, then ``default_workers_per_model``, where Sluice reads 0 as **1** (not
+  TorchServe's one per CPU core, which runs laptops out of memory); at register time the explicit
+  ``initial_workers``, then ``default_workers_per_model`` (0 means no worker, as in TorchServe).
+- ``jobQueueSize`` (> 0), ``maxRetryTimeoutInSec``, ``clientTimeoutInMills``, ``deviceType`` from the
+  yaml only. Sluice reads one extra yaml key, ``batchPolicy`` (``fill`` or ``eager``).
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sluice import names
+from sluice.errors import ErrorCode, SluiceError
+from sluice.records import BatchPolicy, VersionRecord
+from sluice.v2_declaration import ModelTensors, parse_model_tensors
+
+from sluice_manager.models.archives import printable
+from sluice_manager.models.manifest import ArchiveContents
+
+DEFAULT_BATCH_SIZE = 1
+DEFAULT_MAX_BATCH_DELAY_MS = 100
+DEFAULT_MAX_RETRY_TIMEOUT_S = 300
+# Per model name, per version: TorchServe's `models` config key.
+ModelsJson = dict[str, dict[str, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class RegisterOptions:
+    """What the caller of a registration chose explicitly (RegisterModel parameters, load_models)."""
+
+    url: str
+    model_name: str | None = None
+    handler: str | None = None
+    runtime: str | None = None
+    batch_size: int | None = None
+    max_batch_delay_ms: int | None = None
+    response_timeout_s: int | None = None
+    startup_timeout_s: int | None = None
+    initial_workers: int | None = None
+    make_default: bool = False
+    at_startup: bool = False
+
+
+@dataclass(frozen=True)
+class ServerDefaults:
+    """The server-wide settings registration falls back on (from ManagerSettings)."""
+
+    default_workers_per_model: int = 0
+    job_queue_size: int = 100
+    default_response_timeout_s: int = 120
+    default_startup_timeout_s: int = 120
+    service_envelope: str = ""
+    default_service_handler: str = ""
+    number_of_gpu: int = 0
+
+
+def parse_models_json(text: str) -> ModelsJson:
+    """TorchServe's ``models`` key; ValueError if it is not ``{name: {version: {key: value}}}``."""
+    if not text.strip():
+        return {}
+    loaded = json.loads(text)
+    if not isinstance(loaded, dict) or not all(
+        isinstance(versions, dict) and all(isinstance(conf, dict) for conf in versions.values())
+        for versions in loaded.values()
+    ):
+        raise ValueError("the `models` setting must be a JSON object {name: {version: {key: value}}}")
+    return loaded
+
+
+def default_model_name(url: str) -> str:
+    """TorchServe's name for an archive without one: its file name without the extension."""
+    base = url.rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".mar", ".tar.gz", ".tgz", ".model"):
+        if base.endswith(suffix):
+            return base[: -len(suffix)]
+    return base
+
+
+def build_record(
+    options: RegisterOptions,
+    contents: ArchiveContents,
+    models_json: ModelsJson,
+    defaults: ServerDefaults,
+    *,
+    model_dir: str,
+    handler: str,
+    now_unix_ms: int,
+) -> VersionRecord:
+    """The :class:`VersionRecord` of a registration (``handler`` already resolved and checked)."""
+    manifest = contents.manifest
+    name = options.model_name or manifest.model.model_name or default_model_name(options.url)
+    version = manifest.version
+    for label, value in (("model name", name), ("model version", version)):
+        if not names.is_valid(value):
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid {label}: {printable(value)}")
+    yaml_conf = _YamlConfig(contents.model_yaml)
+    json_conf = models_json.get(name, {}).get(version, {})
+    min_workers, max_workers = _workers(options, yaml_conf, json_conf, defaults)
+    return VersionRecord(
+        model_name=name,
+        version=version,
+        model_url=options.url,
+        model_dir=model_dir,
+        handler=handler,
+        runtime=options.runtime or manifest.runtime,
+        envelope=manifest.model.envelope or defaults.service_envelope,
+        batch_size=_first_positive(
+            options.batch_size, yaml_conf.integer("batchSize"), _json_int(json_conf, "batchSize")
+        )
+        or DEFAULT_BATCH_SIZE,
+        max_batch_delay_ms=_first_not_negative(
+            options.max_batch_delay_ms,
+            yaml_conf.integer("maxBatchDelay"),
+            _json_int(json_conf, "maxBatchDelay"),
+            DEFAULT_MAX_BATCH_DELAY_MS,
+        ),
+        batch_policy=yaml_conf.batch_policy(),
+        response_timeout_s=_first_positive(
+            yaml_conf.integer("responseTimeout"),
+            _json_int(json_conf, "responseTimeout"),
+            options.response_timeout_s,
+            defaults.default_response_timeout_s,
+        )
+        or defaults.default_response_timeout_s,
+        startup_timeout_s=_first_positive(
+            yaml_conf.integer("startupTimeout"),
+            _json_int(json_conf, "startupTimeout"),
+            options.startup_timeout_s,
+            defaults.default_startup_timeout_s,
+        )
+        or defaults.default_startup_timeout_s,
+        min_workers=min_workers,
+        max_workers=max_workers,
+        job_queue_size=_first_positive(yaml_conf.integer("jobQueueSize"), defaults.job_queue_size)
+        or defaults.job_queue_size,
+        max_retry_timeout_s=_first_positive(yaml_conf.integer("maxRetryTimeoutInSec"))
+        or DEFAULT_MAX_RETRY_TIMEOUT_S,
+        client_timeout_ms=_first_not_negative(yaml_conf.integer("clientTimeoutInMills"), 0),
+        device_type="gpu" if yaml_conf.text("deviceType") == "gpu" and defaults.number_of_gpu > 0 else "cpu",
+        loaded_at_startup=options.at_startup,
+        registered_unix_ms=now_unix_ms,
+        model_yaml_config=contents.model_yaml,
+        tensors=_tensors(contents.model_yaml),
+    )
+
+
+def _workers(
+    options: RegisterOptions, yaml_conf: "_YamlConfig", json_conf: dict[str, Any], defaults: ServerDefaults
+) -> tuple[int, int]:
+    yaml_min, yaml_max = yaml_conf.integer("minWorkers"), yaml_conf.integer("maxWorkers")
+    if yaml_min is not None and yaml_min > 0 and yaml_max is not None and yaml_max >= yaml_min:
+        return yaml_min, yaml_max
+    if options.at_startup:
+        workers = defaults.default_workers_per_model or 1
+        low = _first_not_negative(_json_int(json_conf, "minWorkers"), workers)
+        high = _first_not_negative(_json_int(json_conf, "maxWorkers"), workers)
+        return low, max(low, high)
+    workers = _first_not_negative(options.initial_workers, defaults.default_workers_per_model)
+    return workers, workers
+
+
+def _tensors(model_yaml: dict[str, Any]) -> ModelTensors:
+    """The KServe v2 declaration (model-config.yaml ``sluice:``); a malformed one refuses the registration."""
+    try:
+        return parse_model_tensors(model_yaml)
+    except ValueError as exc:
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
+
+
+def _first_positive(*values: int | None) -> int | None:
+    return next((value for value in values if value is not None and value > 0), None)
+
+
+def _first_not_negative(*values: int | None) -> int:
+    return next((value for value in values if value is not None and value >= 0), 0)
+
+
+def _json_int(conf: dict[str, Any], key: str) -> int | None:
+    value = conf.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"`models` setting: {key} must be an integer")
+    return value
+
+
+class _YamlConfig:
+    """Typed reads of model-config.yaml keys; a key of the wrong type is a registration error."""
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.raw = raw
+
+    def integer(self, key: str) -> int | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"model-config.yaml: {key} must be an integer")
+        return value
+
+    def text(self, key: str) -> str | None:
+        value = self.raw.get(key)
+        return None if value is None else str(value)
+
+    def batch_policy(self) -> BatchPolicy:
+        value = self.text("batchPolicy")
+        if value is None:
+            return BatchPolicy.FILL
+        try:
+            return BatchPolicy(value)
+        except ValueError:
+            raise SluiceError(
+                ErrorCode.INVALID_ARGUMENT, "model-config.yaml: batchPolicy must be fill or eager"
+            ) from None

@@ -1,0 +1,1 @@
+"""Launchers: the one seam between the reconcile loop and whatever runs workers."""

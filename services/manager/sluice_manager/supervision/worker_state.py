@@ -1,0 +1,147 @@
+"""What the reconciler reads and writes in Redis: registered versions, launch records, the workers'
+own records and heartbeats, pending jobs per worker, and restart streaks. All of it lives in Redis so
+that a restarted manager picks up where its predecessor stopped."""
+
+import time
+from dataclasses import dataclass
+from typing import cast
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel
+from redis.exceptions import ResponseError
+from sluice import keys, registry
+from sluice.log import get_logger
+from sluice.records import VersionRecord, VersionState, WorkerRecord
+
+from sluice_manager.supervision.launchers.legacy_base import LaunchRecord
+
+log = get_logger(__name__)
+
+VersionKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class RegisteredVersion:
+    record: VersionRecord
+    active: bool
+
+
+@dataclass(frozen=True)
+class AnnouncedWorker:
+    record: WorkerRecord
+    heartbeat: bool
+
+
+class RestartStreak(BaseModel):
+    """Consecutive unexpected exits of a version's workers (reset when one of them is READY)."""
+
+    failures: int = 0
+    first_failure_unix_ms: int = 0
+    last_failure_unix_ms: int = 0
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _launch(raw: bytes | str) -> LaunchRecord | None:
+    try:
+        return LaunchRecord.from_json(raw)
+    except ValueError:
+        log.warning("ignoring an unreadable launch record")
+        return None
+
+
+def _worker(raw: bytes | str) -> WorkerRecord | None:
+    # One malformed record must not stop the reconciliation of every model.
+    try:
+        return WorkerRecord.from_json(raw)
+    except ValueError:
+        log.warning("ignoring an unreadable worker record")
+        return None
+
+
+def _streak_field(model: str, version: str) -> str:
+    # Names never contain ":" (sluice.names), so the field splits back unambiguously.
+    return f"{model}:{version}"
+
+
+class WorkerStateStore:
+    def __init__(self, redis: "aioredis.Redis") -> None:
+        self.redis = redis
+
+    async def registered_versions(self) -> dict[VersionKey, RegisteredVersion]:
+        found: dict[VersionKey, RegisteredVersion] = {}
+        raw_names = cast(list[bytes], await self.redis.zrange(keys.MODELS, 0, -1))
+        for raw_name in raw_names:
+            name = _text(raw_name)
+            _, versions = await registry.model_versions(self.redis, name)
+            for version in sorted(versions):
+                raw_record, raw_state = await self.redis.hmget(
+                    keys.version_config(name, version), [registry.RECORD_FIELD, "state"]
+                )
+                if raw_record is None:
+                    continue
+                active = raw_state is not None and _text(raw_state) == VersionState.ACTIVE.value
+                found[(name, version)] = RegisteredVersion(VersionRecord.from_json(raw_record), active)
+        return found
+
+    async def launched(self) -> dict[str, LaunchRecord]:
+        raw = await self.redis.hgetall(keys.LAUNCHED_WORKERS)
+        return {_text(worker_id): record for worker_id, value in raw.items() if (record := _launch(value))}
+
+    async def launched_one(self, worker_id: str) -> LaunchRecord | None:
+        raw = await self.redis.hget(keys.LAUNCHED_WORKERS, worker_id)
+        return None if raw is None else LaunchRecord.from_json(raw)
+
+    async def put_launched(self, record: LaunchRecord) -> None:
+        await self.redis.hset(keys.LAUNCHED_WORKERS, record.worker_id, record.to_json())
+
+    async def forget_worker(self, model: str, version: str, worker_id: str) -> None:
+        """Drop every trace of a worker that is gone. Deleting its heartbeat at once lets the other
+        workers of the version claim its pending jobs without waiting for the TTL."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hdel(keys.LAUNCHED_WORKERS, worker_id)
+            pipe.hdel(keys.workers(model, version), worker_id)
+            pipe.delete(keys.heartbeat(model, version, worker_id))
+            await pipe.execute()
+
+    async def announced(self, model: str, version: str) -> dict[str, AnnouncedWorker]:
+        raw = await self.redis.hgetall(keys.workers(model, version))
+        records = [record for value in raw.values() if (record := _worker(value))]
+        if not records:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for record in records:
+                pipe.exists(keys.heartbeat(model, version, record.worker_id))
+            alive = await pipe.execute()
+        return {
+            record.worker_id: AnnouncedWorker(record, bool(is_alive))
+            for record, is_alive in zip(records, alive, strict=True)
+        }
+
+    async def busy_workers(self, model: str, version: str) -> set[str]:
+        """Consumers of the version's job group that hold unacknowledged jobs."""
+        try:
+            summary = await self.redis.xpending(keys.job_stream(model, version), keys.JOB_GROUP)
+        except ResponseError:  # no stream or group yet
+            return set()
+        return {_text(consumer["name"]) for consumer in summary.get("consumers") or [] if consumer["pending"]}
+
+    async def restart_streak(self, model: str, version: str) -> RestartStreak:
+        raw = await self.redis.hget(keys.RESTARTS, _streak_field(model, version))
+        return RestartStreak() if raw is None else RestartStreak.model_validate_json(raw)
+
+    async def record_failure(self, model: str, version: str) -> RestartStreak:
+        streak = await self.restart_streak(model, version)
+        now_ms = int(time.time() * 1000)
+        updated = RestartStreak(
+            failures=streak.failures + 1,
+            first_failure_unix_ms=streak.first_failure_unix_ms or now_ms,
+            last_failure_unix_ms=now_ms,
+        )
+        await self.redis.hset(keys.RESTARTS, _streak_field(model, version), updated.model_dump_json())
+        return updated
+
+    async def clear_streak(self, model: str, version: str) -> None:
+        await self.redis.hdel(keys.RESTARTS, _streak_field(model, version))
