@@ -3,6 +3,7 @@ subprocesses against a test redis-server; models are registered with plain Redis
 This tier never imports Sluice's generated modules (tritonclient declares the same `inference`
 package; shared/research/kserve_v2.md 1.5)."""
 
+import json
 import queue
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from tests.support.redis_server import RedisServer
 
 MODELS = {
     "add_one": kserve_models.add_one_model,
+    "echo_json": kserve_models.echo_json_model,
     "echo_tensors": kserve_models.echo_tensors_model,
     "streamer": kserve_models.streamer_model,
 }
@@ -135,6 +137,16 @@ def test_every_datatype_round_trips(client: grpcclient.InferenceServerClient) ->
         else:
             assert got.dtype == array.dtype, name
             assert got.tolist() == array.tolist(), name
+
+
+@pytest.mark.parametrize("model", ["echo_json", "echo_tensors"])
+def test_bytes_echo_gives_back_every_byte(client: grpcclient.InferenceServerClient, model: str) -> None:
+    texts = np.array([["hello", "wörld", b"\xff\x00\x80"]], dtype=np.object_)
+    result = client.infer(model, [_input("TXT", texts)])
+    assert result.as_numpy("OUT_TXT").tolist() == [[b"hello", "wörld".encode(), b"\xff\x00\x80"]]
+    if model == "echo_json":  # the OIP handler saw text as text, other bytes marked
+        seen = json.loads(result.as_numpy("SEEN")[0])
+        assert seen == {"TXT": ["hello", "wörld", {"b64": "/wCA"}]}
 
 
 def test_add_one_with_parameters_priority_timeout_and_requested_outputs(

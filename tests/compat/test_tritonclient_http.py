@@ -2,12 +2,14 @@
 subprocesses (this tier never imports Sluice's generated protobuf modules)."""
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from sluice.records import StartupReport, VersionRecord
 from sluice.v2_declaration import parse_model_tensors
 from tritonclient.utils import InferenceServerException
 
+from tests.support import kserve_models, stack
 from tests.support.models import ModelSpec, write_model_dir
 from tests.support.redis_server import RedisServer, free_port
 
@@ -125,14 +128,18 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     for (command, process_env), log in zip(commands, logs, strict=True):
         with log.open("wb") as out:
             processes.append(subprocess.Popen(command, env=process_env, stdout=out, stderr=subprocess.STDOUT))
+    stack.register(redis_server.url, kserve_models.echo_json_model(), root)
+    echo_json = stack.start_worker(redis_server.url, "echo_json", "1.0", root / "logs")
     client = redis.Redis.from_url(redis_server.url)
     try:
         _wait(READY_TIMEOUT_S, lambda: bool(client.hlen(keys.workers("doubler", "1.0"))), "worker", logs)
+        stack.wait_workers_ready(redis_server.url, {"echo_json": echo_json})
         triton = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
         _wait(20, triton.is_server_live, "gateway", logs)
         yield f"127.0.0.1:{port}"
     finally:
         client.close()
+        echo_json.stop()
         for process in processes:
             process.terminate()
         for process in processes:
@@ -189,6 +196,41 @@ def test_infer(triton: httpclient.InferenceServerClient, binary: bool) -> None:
     ]
     assert texts == [[b"a", "héllo".encode()]]
     assert result.get_response()["id"] == "r-1"
+
+
+ECHOED = [b"hello", "wörld".encode(), b"\xff\x00\x80"]
+
+
+def _texts(binary: bool, texts: list[Any]) -> httpclient.InferInput:
+    array = np.array([texts], dtype=np.object_)
+    tensor = httpclient.InferInput("TXT", list(array.shape), "BYTES")
+    return tensor.set_data_from_numpy(array, binary_data=binary)
+
+
+@pytest.mark.parametrize("binary_output", [True, False])
+def test_bytes_echo_gives_back_every_byte(
+    triton: httpclient.InferenceServerClient, binary_output: bool
+) -> None:
+    # JSON cannot carry b"\xff\x00\x80": tritonclient sends it as binary data only, and Sluice answers an
+    # output holding it as binary data even when JSON was asked for (tritonclient reads either).
+    texts = _texts(True, ["hello", "wörld", b"\xff\x00\x80"])
+    for model, inputs, output in [
+        ("echo_json", [texts], "OUT_TXT"),
+        ("doubler", [_inputs(True)[0], texts], "TXT_OUT"),
+    ]:
+        outputs = [httpclient.InferRequestedOutput(output, binary_data=binary_output)]
+        result = triton.infer(model, inputs, outputs=outputs)
+        assert result.as_numpy(output).tolist() == [ECHOED], model
+
+
+@pytest.mark.parametrize("binary_input", [False, True])
+def test_text_reaches_an_oip_handler_as_sent(
+    triton: httpclient.InferenceServerClient, binary_input: bool
+) -> None:
+    outputs = [httpclient.InferRequestedOutput(name, binary_data=False) for name in ("OUT_TXT", "SEEN")]
+    result = triton.infer("echo_json", [_texts(binary_input, ["hello", "wörld"])], outputs=outputs)
+    assert result.as_numpy("OUT_TXT").tolist() == [["hello", "wörld"]]  # JSON strings both ways
+    assert json.loads(result.as_numpy("SEEN")[0]) == {"TXT": ["hello", "wörld"]}
 
 
 def test_infer_without_requested_outputs_answers_binary(triton: httpclient.InferenceServerClient) -> None:

@@ -58,6 +58,26 @@ ADD_ONE_CONFIG = """
         - {name: PARAMS, datatype: BYTES, shape: [1]}
 """
 
+# TorchServe OIP style, no declaration: every input comes back unchanged as output "OUT_<name>" (the
+# tensor dict the handler received, renamed), plus SEEN: a BYTES output holding the JSON of every input's
+# data as the handler saw it.
+ECHO_JSON_HANDLER = _source("""
+    import json
+
+
+    def handle(data, context):
+        if data is None:
+            return None
+        out = []
+        for row in data:
+            inputs = row["body"]["inputs"]
+            outputs = [{**tensor, "name": "OUT_" + tensor["name"]} for tensor in inputs]
+            seen = json.dumps({tensor["name"]: tensor["data"] for tensor in inputs})
+            outputs.append({"name": "SEEN", "datatype": "BYTES", "shape": [1], "data": [seen]})
+            out.append({"outputs": outputs})
+        return out
+""")
+
 # Tensor mode, numpy: every input comes back as output "OUT_<name>", unchanged (BYTES included). Records
 # the batch sizes it saw in <model_dir>/batches.txt.
 ECHO_TENSORS_HANDLER = _source("""
@@ -136,6 +156,10 @@ STREAMER_CONFIG = """
 
 def add_one_model(name: str = "add_one") -> ModelSpec:
     return _spec(name, {"handler.py": ADD_ONE_HANDLER}, ADD_ONE_CONFIG)
+
+
+def echo_json_model(name: str = "echo_json") -> ModelSpec:
+    return _spec(name, {"handler.py": ECHO_JSON_HANDLER}, "sluice: {}\n")
 
 
 def echo_tensors_model(name: str = "echo_tensors") -> ModelSpec:

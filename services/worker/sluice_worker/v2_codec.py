@@ -3,9 +3,14 @@ numpy meets the wire.
 
 Wire forms: raw bytes (little-endian, row-major; BYTES elements each a 4-byte little-endian length plus
 the bytes; BF16 the upper half of an IEEE float32) and typed ``InferTensorContents``. A handler sees
-inputs either as TorchServe's OIP JSON (``body`` rows, flat ``data`` lists, BYTES as base64 strings)
-or as arrays (``tensor_handler: true``). numpy has no bfloat16: BF16 arrays are float32 (torch tensors
-are torch.bfloat16).
+inputs either as TorchServe's OIP JSON (``body`` rows, flat ``data`` lists) or as arrays
+(``tensor_handler: true``). numpy has no bfloat16: BF16 arrays are float32 (torch tensors are
+torch.bfloat16).
+
+BYTES in JSON, both ways alike so that a handler can return what it was given: an element that is valid
+UTF-8 is a ``str`` (what a REST client sent as a JSON string arrives as sent), any other element is
+``{"b64": "<standard base64>"}`` (JSON cannot hold arbitrary bytes); an output element given as a
+``str`` is sent as its UTF-8 bytes and a ``{"b64": ...}`` one as the bytes it encodes.
 
 Outputs are carried between the handler call and the reply as :class:`WireTensor` (raw bytes);
 :func:`tensor_result` packs a handler's ``{name: array}`` into bytes TorchServe passes through as-is.
@@ -51,6 +56,8 @@ _TYPED_FIELD_DTYPES = {
     "fp32_contents": np.dtype(np.float32),
     "fp64_contents": np.dtype(np.float64),
 }
+# The key of a BYTES element that is not UTF-8 in the JSON a handler sees and returns.
+BINARY_ELEMENT_KEY = "b64"
 # Marks bytes that hold a packed tensor set (a ModelInferResponse) rather than v2 JSON.
 TENSOR_SET_MAGIC = b"\x00sluice-v2-tensors\x00"
 _LENGTH = struct.Struct("<I")
@@ -131,13 +138,21 @@ def to_torch(array: np.ndarray, datatype: str) -> Any:
 
 
 def json_input(tensor: pb.ModelInferRequest.InferInputTensor, array: np.ndarray) -> dict[str, Any]:
-    """TorchServe's OIP form of one input: flat ``data`` list, BYTES as base64 strings."""
+    """TorchServe's OIP form of one input: flat ``data`` list, BYTES elements as :func:`json_element`."""
     flat = array.reshape(-1)
     if tensor.datatype == BYTES:
-        data: list[Any] = [base64.b64encode(bytes(item)).decode("ascii") for item in flat]
+        data: list[Any] = [json_element(bytes(item)) for item in flat]
     else:
         data = flat.tolist()
     return {"name": tensor.name, "shape": list(tensor.shape), "datatype": tensor.datatype, "data": data}
+
+
+def json_element(item: bytes) -> str | dict[str, str]:
+    """A BYTES element in a handler's JSON: its text when it is UTF-8, else ``{"b64": base64}``."""
+    try:
+        return item.decode("utf-8")
+    except UnicodeDecodeError:
+        return {BINARY_ELEMENT_KEY: base64.b64encode(item).decode("ascii")}
 
 
 def parameter_value(parameter: pb.InferParameter) -> Any:
@@ -158,6 +173,9 @@ def encode(name: str, value: Any, datatype: str | None = None) -> WireTensor:
             value = value.float()
         value = value.numpy()
     array = np.asarray(value) if datatype != BYTES else np.asarray(value, dtype=object)
+    if array.dtype.kind in "SU" and not isinstance(value, np.ndarray):
+        # numpy's fixed-width strings drop trailing NULs: keep a list's elements as given.
+        array = np.asarray(value, dtype=object)
     datatype = datatype or datatype_of(array)
     return WireTensor(name, datatype, tuple(int(d) for d in array.shape), to_raw(array, datatype))
 
@@ -173,7 +191,7 @@ def datatype_of(array: np.ndarray) -> str:
 
 def to_raw(array: np.ndarray, datatype: str) -> bytes:
     if datatype == BYTES:
-        return b"".join(_LENGTH.pack(len(item)) + item for item in map(_as_bytes, array.reshape(-1)))
+        return b"".join(_LENGTH.pack(len(item)) + item for item in map(element_bytes, array.reshape(-1)))
     if datatype not in NUMPY_DTYPES:
         raise CodecError(f"unsupported datatype {datatype}")
     if datatype == "BF16":
@@ -181,18 +199,28 @@ def to_raw(array: np.ndarray, datatype: str) -> bytes:
     return np.ascontiguousarray(array, dtype=NUMPY_DTYPES[datatype]).tobytes()
 
 
-def _as_bytes(item: Any) -> bytes:
+def element_bytes(item: Any) -> bytes:
+    """One BYTES output element: bytes as they are, a str as UTF-8, ``{"b64": base64}`` decoded (the
+    inverse of :func:`json_element`)."""
     if isinstance(item, bytes | bytearray | np.bytes_):
         return bytes(item)
     if isinstance(item, str):
         return item.encode("utf-8")
-    raise CodecError(f"BYTES elements must be bytes or str, got {type(item).__name__}")
+    if isinstance(item, Mapping) and set(item) == {BINARY_ELEMENT_KEY}:
+        encoded = item[BINARY_ELEMENT_KEY]
+        try:
+            return base64.b64decode(encoded, validate=True)  # binascii.Error is a ValueError
+        except (TypeError, ValueError):
+            raise CodecError(f"a {{{BINARY_ELEMENT_KEY!r}: ...}} element needs a base64 string") from None
+    raise CodecError(
+        f'BYTES elements must be bytes, str or {{"{BINARY_ELEMENT_KEY}": base64}}, got {type(item).__name__}'
+    )
 
 
 def from_json_output(output: Mapping[str, Any], declared: str | None = None) -> WireTensor:
-    """One output of a v2 JSON response (``{"name","datatype","shape","data"}``; BYTES data as strings,
-    sent as their UTF-8 bytes). Without a datatype: the declared one, else bool/int/float/str give
-    BOOL/INT64/FP32/BYTES."""
+    """One output of a v2 JSON response (``{"name","datatype","shape","data"}``; BYTES elements as
+    :func:`element_bytes` reads them). Without a datatype: the declared one, else bool/int/float give
+    BOOL/INT64/FP32 and str or ``{"b64": ...}`` elements BYTES."""
     name = output.get("name")
     if not isinstance(name, str):
         raise CodecError("every output needs a name")
@@ -206,7 +234,10 @@ def from_json_output(output: Mapping[str, Any], declared: str | None = None) -> 
     shape = tuple(int(d) for d in shape) if isinstance(shape, list) else np.shape(data)
     if element_count(shape) != flat.size:
         raise CodecError(f"output '{name}' has {flat.size} elements but shape {list(shape)}")
-    array = flat if datatype == BYTES else flat.astype(_json_numpy(datatype))
+    try:
+        array = flat if datatype == BYTES else flat.astype(_json_numpy(datatype))
+    except (TypeError, ValueError, OverflowError):
+        raise CodecError(f"output '{name}' has data that are not {datatype}") from None
     return WireTensor(name, datatype, tuple(shape), to_raw(array.reshape(shape), datatype))
 
 
@@ -225,7 +256,7 @@ def _json_datatype(flat: np.ndarray) -> str:
         return "BOOL"
     if items and all(isinstance(i, int) and not isinstance(i, bool) for i in items):
         return "INT64"
-    if items and all(isinstance(i, str) for i in items):
+    if items and all(isinstance(i, str | Mapping) for i in items):
         return BYTES
     return "FP32"
 

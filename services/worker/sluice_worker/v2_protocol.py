@@ -4,9 +4,10 @@ ModelInferResponse built from a row's result.
 Two handler modes (model-config.yaml ``sluice.tensor_handler``):
 
 - default, as TorchServe's OIP: the row is ``{"body": {"id", "model_name", "model_version", "inputs":
-  [{"name", "shape", "datatype", "data"}], "parameters"?, "outputs"?}}`` (flat ``data`` lists, BYTES as
-  base64 strings, content type application/json); the handler returns v2 JSON ``{"outputs": [{"name",
-  "datatype", "shape", "data"}]}`` per row.
+  [{"name", "shape", "datatype", "data"}], "parameters"?, "outputs"?}}`` (flat ``data`` lists, content
+  type application/json; a BYTES element is a str when it is UTF-8, else ``{"b64": base64}``); the
+  handler returns v2 JSON ``{"outputs": [{"name", "datatype", "shape", "data"}]}`` per row, BYTES
+  elements in the same two forms (see :mod:`.v2_codec`), so returning an input unchanged echoes it.
 - tensor mode: the row is ``{input name: numpy array | torch tensor}``; the handler returns ``{output
   name: array | tensor}`` per row, packed by :func:`tensor_entry_point` before TorchServe serializes it
   (no JSON round trip).

@@ -7,7 +7,7 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.http_listener import ListenAddress, parse_address
 from sluice.status_map import rest_error_type, rest_status
 from sluice_gateway.metrics.exposition import MetricFamily, Sample, histogram_samples, render, select
-from sluice_gateway.rest_api.kserve_tensors import pack, unpack
+from sluice_gateway.rest_api.kserve_tensors import json_data, pack
 
 
 def test_addresses() -> None:
@@ -68,7 +68,7 @@ def test_rest_status_remaps_413_from_jobs_only() -> None:
     ],
 )
 def test_pack_unpack_round_trip(datatype: str, data: list[object], expected: list[object]) -> None:
-    assert unpack(datatype, pack(datatype, data, "x")) == expected
+    assert json_data(datatype, pack(datatype, data, "x")) == expected
 
 
 def test_pack_layout_and_errors() -> None:

@@ -1,7 +1,6 @@
 """KServe v2 jobs in the worker: handler rows in both modes (through TorchServe's own request decoding)
 and the ModelInferResponse built from a row's result."""
 
-import base64
 import json
 import struct
 from types import SimpleNamespace
@@ -61,7 +60,7 @@ def test_body_rows_are_torchserves_oip_json() -> None:
             "model_version": "2.0",
             "inputs": [
                 {"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]},
-                {"name": "s", "shape": [1], "datatype": "BYTES", "data": [base64.b64encode(b"hi").decode()]},
+                {"name": "s", "shape": [1], "datatype": "BYTES", "data": ["hi"]},
             ],
             "parameters": {"temperature": 0.5},
             "outputs": [{"name": "y"}],
@@ -118,6 +117,52 @@ V2_JSON = json.dumps(
     },
     indent=2,
 ).encode()
+
+
+ECHOED = [b"hello", "wörld".encode(), b"\xff\x00\x80"]
+
+
+def _bytes_job(*, typed: bool) -> Job:
+    request = pb.ModelInferRequest(model_name="m")
+    request.inputs.add(name="s", datatype="BYTES", shape=[1, 3])
+    if typed:
+        request.inputs[0].contents.bytes_contents.extend(ECHOED)
+        request.parameters["binary_data_output"].bool_param = False
+    else:
+        request.raw_input_contents.append(b"".join(struct.pack("<I", len(e)) + e for e in ECHOED))
+    return Job(
+        job_id="job-1", protocol=WireProtocol.KSERVE, model_name="m", request=request.SerializeToString()
+    )
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_json_handler_echoing_bytes_answers_the_same_bytes(typed: bool) -> None:
+    job = _bytes_job(typed=typed)
+    _, row = _rows(job, ModelTensors())
+    (seen,) = row["body"]["inputs"]
+    assert seen["data"] == ["hello", "wörld", {"b64": "/wCA"}]
+    echo = {"outputs": [{**seen, "name": "out"}]}
+    response = _response(job, json.dumps(echo, indent=2).encode())  # TorchServe's serialization
+    assert (response.outputs[0].datatype, list(response.outputs[0].shape)) == ("BYTES", [1, 3])
+    if typed:
+        assert list(response.outputs[0].contents.bytes_contents) == ECHOED
+    else:
+        assert (
+            response.raw_output_contents[0]
+            == pb.ModelInferRequest.FromString(job.request).raw_input_contents[0]
+        )
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_a_tensor_handler_echoing_bytes_answers_the_same_bytes(library: str) -> None:
+    tensors = ModelTensors(tensor_handler=True, tensor_library=library)  # type: ignore[arg-type]
+    job = _bytes_job(typed=False)
+    _, row = _rows(job, tensors)
+    assert row["s"].tolist() == [ECHOED]
+    response = _response(job, v2_codec.tensor_result({"out": row["s"]}), tensors)
+    assert (
+        response.raw_output_contents[0] == pb.ModelInferRequest.FromString(job.request).raw_input_contents[0]
+    )
 
 
 def test_a_json_result_becomes_a_raw_response_with_ids() -> None:

@@ -6,7 +6,9 @@ Requests: a JSON object, optionally followed by binary tensor data (the binary t
 take their bytes from what follows, in order). Every input is forwarded in raw form.
 
 Responses: JSON ``data`` lists, or binary data for outputs that asked for it (``binary_data`` on a
-requested output, or ``binary_data_output`` on the request), appended after the JSON.
+requested output, or ``binary_data_output`` on the request), appended after the JSON. A BYTES output
+holding an element that is not UTF-8 is answered as binary data even when JSON was asked for: JSON
+strings cannot carry it, and clients of the binary extension (tritonclient) read either form.
 """
 
 import json
@@ -19,7 +21,7 @@ from google.protobuf.message import DecodeError, Message
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1 import kserve_pb2 as pb
 
-from sluice_gateway.rest_api.kserve_tensors import pack, unpack
+from sluice_gateway.rest_api.kserve_tensors import frame, json_data, pack
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_DATA_SIZE = "binary_data_size"
@@ -142,16 +144,16 @@ def _parameter_value(parameter: pb.InferParameter) -> Any:
     return None if choice is None else getattr(parameter, choice)
 
 
-def _output_bytes(response: pb.ModelInferResponse, index: int) -> bytes | None:
+def _raw_output(response: pb.ModelInferResponse, index: int) -> bytes:
+    """Output ``index`` in raw form (the worker answers raw unless a request asks for typed contents)."""
     if index < len(response.raw_output_contents):
         return bytes(response.raw_output_contents[index])
-    return None
-
-
-def _typed_data(tensor: pb.ModelInferResponse.InferOutputTensor) -> list[Any]:
+    tensor = response.outputs[index]
     for _field, values in tensor.contents.ListFields():
-        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in values]
-    return []
+        if tensor.datatype == "BYTES":
+            return frame(values)
+        return pack(tensor.datatype, list(values), tensor.name)
+    return b""
 
 
 def infer_response_body(raw: bytes, request: RestInferRequest) -> tuple[bytes, int | None]:
@@ -174,13 +176,14 @@ def infer_response_body(raw: bytes, request: RestInferRequest) -> tuple[bytes, i
             "shape": list(tensor.shape),
         }
         parameters = {k: _parameter_value(v) for k, v in tensor.parameters.items()}
-        data = _output_bytes(response, index)
-        if request.binary_all or tensor.name in request.binary_outputs:
-            blob = data if data is not None else pack(tensor.datatype, _typed_data(tensor), tensor.name)
-            parameters[BINARY_DATA_SIZE] = len(blob)
-            blobs.append(blob)
+        raw = _raw_output(response, index)
+        binary = request.binary_all or tensor.name in request.binary_outputs
+        data = None if binary else json_data(tensor.datatype, raw)
+        if data is None:
+            parameters[BINARY_DATA_SIZE] = len(raw)
+            blobs.append(raw)
         else:
-            output["data"] = unpack(tensor.datatype, data) if data is not None else _typed_data(tensor)
+            output["data"] = data
         if parameters:
             output["parameters"] = parameters
         outputs.append(output)

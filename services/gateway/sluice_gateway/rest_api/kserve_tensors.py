@@ -1,9 +1,11 @@
 """KServe v2 tensor data between JSON lists and the raw little-endian layout, without numpy: JSON
 ``data`` (flat or nested, row-major) is packed into the ``raw_input_contents`` form the gRPC path uses,
-and raw outputs are unpacked into flat JSON lists. BYTES elements are 4-byte-length-prefixed."""
+and raw outputs are unpacked into flat JSON lists. BYTES elements are 4-byte-length-prefixed; in JSON
+they are strings, carried as their UTF-8 bytes (an element that is not UTF-8 has no JSON form: it
+travels as binary tensor data)."""
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sluice.errors import ErrorCode, SluiceError
@@ -45,8 +47,7 @@ def pack(datatype: str, data: Any, name: str) -> bytes:
     values = list(_flatten(data))
     try:
         if datatype == "BYTES":
-            encoded = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values]
-            return b"".join(_LENGTH.pack(len(item)) + item for item in encoded)
+            return frame(_text(value, index) for index, value in enumerate(values))
         if datatype == "BF16":
             return b"".join(_bf16(float(v)) for v in values)
         code = _CODES.get(datatype)
@@ -61,10 +62,25 @@ def pack(datatype: str, data: Any, name: str) -> bytes:
         ) from exc
 
 
-def unpack(datatype: str, raw: bytes) -> list[Any]:
-    """Raw output bytes as a flat JSON list (BYTES as UTF-8 strings, BOOL as true/false)."""
+def _text(value: Any, index: int) -> bytes:
+    if not isinstance(value, str):
+        raise ValueError(f"element {index} is not a string (send other bytes as binary data)")
+    return value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError, a ValueError
+
+
+def frame(elements: Iterable[bytes]) -> bytes:
+    """BYTES elements in raw form."""
+    return b"".join(_LENGTH.pack(len(item)) + item for item in elements)
+
+
+def json_data(datatype: str, raw: bytes) -> list[Any] | None:
+    """Raw output bytes as a flat JSON list (BYTES as strings, BOOL as true/false), or None when JSON
+    cannot hold them: a BYTES element that is not UTF-8."""
     if datatype == "BYTES":
-        return [item.decode("utf-8", "replace") for item in split_bytes(raw)]
+        try:
+            return [item.decode("utf-8") for item in split_bytes(raw)]
+        except UnicodeDecodeError:
+            return None
     if datatype == "BF16":
         return [struct.unpack("<f", b"\x00\x00" + raw[i : i + 2])[0] for i in range(0, len(raw) - 1, 2)]
     code = _CODES.get(datatype)
