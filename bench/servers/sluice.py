@@ -136,8 +136,8 @@ class SluiceServer:
         labels = {}
         for raw in records.values():
             record = json.loads(raw)
-            if record.get("pid"):
-                labels[int(record["pid"])] = f"{record['model_name']}:{record['worker_id']}"
+            if record.get("launcher") == "process" and str(record.get("handle", "")).isdigit():
+                labels[int(record["handle"])] = f"{record['model_name']}:{record['worker_id']}"
         return labels
 
 

@@ -91,7 +91,7 @@ class Site:
     def worker_pids(self) -> list[int]:
         client = self.redis()
         try:
-            return [int(json.loads(raw)["pid"]) for raw in client.hgetall(keys.LAUNCHED_WORKERS).values()]
+            return [int(json.loads(raw)["handle"]) for raw in client.hgetall(keys.LAUNCHED_WORKERS).values()]
         finally:
             client.close()
 

@@ -95,20 +95,22 @@ def kill_leftover_workers(redis_url: str) -> int:
 
 
 def _worker_ref(raw: bytes | str, host: str) -> ProcessRef | None:
-    # A LaunchRecord (sluice_manager.supervision.launchers), read as plain JSON: the CLI does not
-    # import the manager.
+    # A LaunchRecord of the process launcher (sluice_manager.supervision.launchers), read as plain
+    # JSON: the CLI does not import the manager.
     try:
         record = json.loads(raw)
-        if record.get("host") != host or not record.get("pid"):
+        details = record.get("details") or {}
+        if record.get("launcher") != "process" or record["placement"].get("host") != host:
             return None
+        pid = int(record["handle"])
         return ProcessRef(
             name=f"worker {record['worker_id']}",
-            pid=int(record["pid"]),
-            start_time=float(record.get("process_start_time") or _current_start_time(int(record["pid"]))),
+            pid=pid,
+            start_time=float(details.get("process_start_time") or _current_start_time(pid)),
             # A worker that began as the standby has the standby's command line (its record says so).
-            marker=record.get("marker") or f"--worker-id {record['worker_id']}",
+            marker=details.get("marker") or f"--worker-id {record['worker_id']}",
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

@@ -10,7 +10,7 @@ import asyncio
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -18,7 +18,6 @@ from redis.exceptions import RedisError
 from sluice.log import get_logger
 from sluice.redis_client import connect
 from sluice.redis_url import redacted
-from sluice.worker_standby import STANDBY_FLAG
 
 from sluice_manager.api.management_api import ApiSeams, ManagementApi
 from sluice_manager.api.security import ManagerSecurity, manager_security, warn_exposure
@@ -28,12 +27,13 @@ from sluice_manager.models.load_models import startup_specs
 from sluice_manager.models.startup import load_startup_models, remove_unused_model_dirs
 from sluice_manager.models.version_config import ServerDefaults, parse_models_json
 from sluice_manager.settings import ManagerSettings
-from sluice_manager.supervision.launchers.legacy_base import Launcher
-from sluice_manager.supervision.launchers.legacy_external import ExternalLauncher
-from sluice_manager.supervision.launchers.legacy_process import ProcessLauncher, worker_command
+from sluice_manager.supervision.cluster import cluster_id
+from sluice_manager.supervision.launchers.base import ContainerLimits, Launcher, LaunchRecord, Usage
+from sluice_manager.supervision.launchers.registry import LauncherContext, build_launcher
 from sluice_manager.supervision.lease import ManagerLease
 from sluice_manager.supervision.policy import Timing
 from sluice_manager.supervision.reconciler import Reconciler, ReconcilerConfig
+from sluice_manager.supervision.worker_state import WorkerStateStore
 from sluice_manager.waiting import finish, wait_any
 
 log = get_logger(__name__)
@@ -45,10 +45,6 @@ API_GRACE_S = 5.0
 
 class ConfigError(Exception):
     """A setting that makes starting pointless; reported as one line, without a traceback."""
-
-
-def cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def control_config(settings: ManagerSettings) -> ControlPlaneConfig:
@@ -71,22 +67,18 @@ def control_config(settings: ManagerSettings) -> ControlPlaneConfig:
             default_startup_timeout_s=settings.default_startup_timeout_s,
             service_envelope=settings.service_envelope,
             default_service_handler=settings.default_service_handler,
-            number_of_gpu=settings.number_of_gpu,
         ),
         models_json=models_json,
         lock_wait_s=settings.task_lock_wait_s,
     )
 
 
-def worker_environment(settings: ManagerSettings, environ: Mapping[str, str]) -> dict[str, str]:
-    """The manager's environment plus what a worker must see (the Redis it was told to use)."""
-    env = dict(environ)
-    env["SLUICE_REDIS_URL"] = settings.redis_url
-    env["SLUICE_HOME"] = str(settings.home.absolute())
-    env["SLUICE_LOG_FORMAT"] = settings.log_format
-    env["SLUICE_LOG_LEVEL"] = settings.log_level
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+def reconciler_config(settings: ManagerSettings) -> ReconcilerConfig:
+    return ReconcilerConfig(
+        timing=Timing(settings.heartbeat_grace_s, settings.worker_stop_timeout_s),
+        reconcile_interval_s=settings.reconcile_interval_s,
+        default_limits=ContainerLimits(cpus=settings.worker_cpus, memory_bytes=settings.worker_memory_bytes),
+    )
 
 
 class Manager:
@@ -94,24 +86,16 @@ class Manager:
         self, settings: ManagerSettings, environ: Mapping[str, str], *, api_seams: ApiSeams | None = None
     ) -> None:
         self.settings = settings
+        self.environ = environ
         self.host = socket.gethostname()
         self.stop = asyncio.Event()
         self.redis: aioredis.Redis = connect(settings.redis_url)
-        self.launcher = self._launcher(environ)
-        self.reconciler = Reconciler(
-            self.redis,
-            self.launcher,
-            ReconcilerConfig(
-                timing=Timing(settings.heartbeat_grace_s, settings.worker_stop_timeout_s),
-                reconcile_interval_s=settings.reconcile_interval_s,
-                cpu_count=cpu_count(),
-                number_of_gpu=settings.number_of_gpu,
-            ),
-            host=self.host,
-        )
-        self.control = ControlPlane(
-            self.redis, control_config(settings), wake=self.reconciler.wake, host=self.host
-        )
+        # Built once Redis answers (the docker launcher labels containers with the cluster id kept
+        # there); until then a wake-up has nothing to wake.
+        self.launcher: Launcher | None = None
+        self.reconciler: Reconciler | None = None
+        self._exits: asyncio.Task[None] | None = None
+        self.control = ControlPlane(self.redis, control_config(settings), wake=self.wake, host=self.host)
         self.lease = ManagerLease(self.redis, host=self.host, pid=os.getpid(), ttl_s=settings.lease_ttl_s)
         # Tests that pass their own seams get no token authorization (and no key file).
         self.security = ManagerSecurity() if api_seams is not None else manager_security(settings, self.redis)
@@ -119,26 +103,19 @@ class Manager:
             settings,
             self.redis,
             host=self.host,
-            wake=self.reconciler.wake,
+            wake=self.wake,
             environ=environ,
             seams=api_seams or self.security.seams,
+            measure_usage=self._usage,
         )
         self._api_started = False
 
-    def _launcher(self, environ: Mapping[str, str]) -> Launcher:
-        if self.settings.launcher == "external":
-            return ExternalLauncher()
-        if self.settings.launcher == "docker":
-            raise ConfigError("the docker launcher is not available yet; use process or external")
-        standby = [self.settings.worker_python, "-m", self.settings.worker_module, STANDBY_FLAG]
-        return ProcessLauncher(
-            command=worker_command(self.settings.worker_python, self.settings.worker_module),
-            standby_command=standby if self.settings.worker_standby else None,
-            env=worker_environment(self.settings, environ),
-            logs_dir=self.settings.logs_path,
-            host=self.host,
-            on_exit=lambda worker_id, code: self.reconciler.on_worker_exit(worker_id, code),
-        )
+    def wake(self) -> None:
+        if self.reconciler is not None:
+            self.reconciler.wake()
+
+    async def _usage(self, records: Sequence[LaunchRecord]) -> dict[str, Usage]:
+        return {} if self.launcher is None else await self.launcher.usage(records)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -146,7 +123,7 @@ class Manager:
             loop.add_signal_handler(sig, self.stop.set)
         log.info(
             "manager starting",
-            launcher=self.launcher.name,
+            launcher=self.settings.launcher,
             redis=redacted(self.settings.redis_url),
             model_store=str(self.settings.model_store or ""),
             models_dir=str(self.settings.models_path),
@@ -174,23 +151,26 @@ class Manager:
         return False
 
     async def _serve(self) -> None:
+        if not await self._retrying(self._build_launcher, "connect the launcher"):
+            return
         if not await self._retrying(self._prepare, "adopt workers"):
             return
         if not await self._retrying(self._prepare_keys, "prepare token keys"):
             return
         await self._start_api()
         startup = asyncio.create_task(self._retrying(self._load_startup_models, "load startup models"))
-        loop_task = await self._reconcile_until_stopped()
+        assert self.reconciler is not None
+        loop_task = await self._reconcile_until_stopped(self.reconciler)
         log.info("manager stopping")
         # The loop sees `stop` and ends after its current pass; registration is simply abandoned.
         await finish(loop_task, timeout_s=30.0)
         await finish(startup, timeout_s=5.0, cancel_first=True)
 
-    async def _reconcile_until_stopped(self) -> "asyncio.Task[None]":
+    async def _reconcile_until_stopped(self, reconciler: Reconciler) -> "asyncio.Task[None]":
         """Run the reconcile loop until stopped, restarting it should it ever end on its own."""
         stopping = asyncio.ensure_future(self.stop.wait())
         while True:
-            loop_task = asyncio.create_task(self.reconciler.run(self.stop, self.lease.hold), name="reconcile")
+            loop_task = asyncio.create_task(reconciler.run(self.stop, self.lease.hold), name="reconcile")
             await asyncio.wait([stopping, loop_task], return_when=asyncio.FIRST_COMPLETED)
             if self.stop.is_set():
                 return loop_task
@@ -211,10 +191,29 @@ class Manager:
         except OSError as exc:
             raise ConfigError(f"cannot write the key file {self.settings.key_file}: {exc.strerror}") from None
 
+    async def _build_launcher(self) -> None:
+        if self.launcher is not None:
+            return
+        context = LauncherContext(
+            settings=self.settings,
+            environ=self.environ,
+            host=self.host,
+            cluster_id=await cluster_id(self.redis, self.settings.cluster_id),
+        )
+        try:
+            launcher = await build_launcher(context)
+            await launcher.prepare()
+        except OSError as exc:
+            raise ConfigError(f"cannot use the {self.settings.launcher} launcher: {exc}") from None
+        self.launcher = launcher
+        self.reconciler = Reconciler(WorkerStateStore(self.redis), launcher, reconciler_config(self.settings))
+        # Exits are handled until the end of shutdown, which stops (and so sees the exit of) workers.
+        self._exits = asyncio.create_task(self.reconciler.follow_exits(), name="worker-exits")
+
     async def _prepare(self) -> None:
+        assert self.reconciler is not None
         await self.reconciler.adopt()
         await remove_unused_model_dirs(self.redis, self.settings.models_path)
-        await self.launcher.prepare()
 
     async def _load_startup_models(self) -> None:
         # Safe to repeat: a startup model that is already registered is kept as it is.
@@ -237,9 +236,13 @@ class Manager:
     async def _shutdown(self) -> None:
         if self._api_started:
             await _bounded("stop the management API", self.api.stop(API_GRACE_S), API_GRACE_S + 35.0)
-        await self.reconciler.shutdown(self.settings.worker_stop_timeout_s)
+        if self.reconciler is not None:
+            await self.reconciler.shutdown(self.settings.worker_stop_timeout_s)
+        if self._exits is not None:
+            await finish(self._exits, timeout_s=5.0, cancel_first=True)
         # Each remaining step is bounded: a stuck one must not keep the process from exiting.
-        await _bounded("close the launcher", self.launcher.aclose())
+        if self.launcher is not None:
+            await _bounded("close the launcher", self.launcher.aclose())
         await _bounded("release the lease", self.lease.release())
         await _bounded("close redis", self.redis.aclose())
         log.info("manager stopped")

@@ -22,6 +22,7 @@ from sluice.typed import (
     PositiveInt,
 )
 
+from sluice_manager.memory_sizes import parse_bytes
 from sluice_manager.models.url_policy import UrlPolicy
 
 GIB = 1024**3
@@ -56,6 +57,15 @@ class ManagerSettings(AuthSettings):
         "sluice_redis_url": "redis_url",
         "sluice_redis_port": "redis_port",
         "sluice_launcher": "launcher",
+        "sluice_cluster_id": "cluster_id",
+        "sluice_worker_image": "worker_image",
+        "sluice_worker_env": "worker_env",
+        "sluice_worker_cpus": "worker_cpus",
+        "sluice_worker_memory": "worker_memory",
+        "sluice_docker_host": "docker_host",
+        "sluice_docker_network": "docker_network",
+        "sluice_docker_model_cache_volume": "docker_model_cache_volume",
+        "sluice_docker_read_only_root": "docker_read_only_root",
         "sluice_worker_python": "worker_python",
         "sluice_worker_module": "worker_module",
         "sluice_worker_standby": "worker_standby",
@@ -91,8 +101,9 @@ class ManagerSettings(AuthSettings):
     unregister_model_timeout_s: Annotated[int, Bounds(ge=1)] = 120
     service_envelope: str = ""
     default_service_handler: str = ""
-    # The manager does not import torch, so it cannot count GPUs: set number_of_gpu to hand them out.
-    number_of_gpu: NonNegativeInt = 0
+    # GPUs to hand out: unset, every GPU nvidia-smi shows (TorchServe's default); a number caps them.
+    # The docker launcher cannot look at the engine's host: there it is the engine host's GPU count.
+    number_of_gpu: NonNegativeInt | None = None
     # Register / unregister through the management API (off by default, as in TorchServe 0.12).
     enable_model_api: bool = False
     # Model URLs the manager may fetch (sluice_manager.models.url_policy): comma-separated regexes, empty by
@@ -111,6 +122,24 @@ class ManagerSettings(AuthSettings):
     redis_port: int = 6399
 
     launcher: Literal["process", "docker", "external"] = "process"
+    # Labels every container of this manager cluster (io.sluice.cluster); "" takes the one kept in
+    # Redis (made by the first manager), so managers sharing a Redis share it and other stacks differ.
+    cluster_id: Annotated[str, Bounds(pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}|")] = ""
+    # The docker launcher: the worker image; the engine (DOCKER_HOST's forms; "" reads DOCKER_HOST,
+    # else the local socket); the network workers join ("" the manager container's own); a named
+    # volume where workers cache downloaded models; read-only root filesystems.
+    worker_image: str = "local/sluice-worker:dev"
+    docker_host: str = ""
+    docker_network: str = ""
+    docker_model_cache_volume: str = "sluice-model-cache"
+    docker_read_only_root: bool = True
+    # Worker containers' environment beyond Redis and logging: comma-separated NAME=VALUE, or NAME to
+    # copy the manager's own value.
+    worker_env: str = ""
+    # Default limits of a worker container (model-config.yaml containerCpus / containerMemory win);
+    # 0 / "": none.
+    worker_cpus: NonNegativeFloat = 0.0
+    worker_memory: str = ""
     # How the process launcher starts a worker: <worker_python> -m <worker_module> --model-name ...
     worker_python: str = sys.executable
     worker_module: str = "sluice_worker"
@@ -154,6 +183,15 @@ class ManagerSettings(AuthSettings):
         except ValueError as exc:
             # The message starts with the key it is about.
             raise InvalidValue("", str(exc)) from None
+        if self.worker_memory:
+            try:
+                parse_bytes(self.worker_memory)
+            except ValueError as exc:
+                raise InvalidValue("worker_memory", str(exc)) from None
+
+    @property
+    def worker_memory_bytes(self) -> int:
+        return parse_bytes(self.worker_memory) if self.worker_memory else 0
 
     @property
     def models_path(self) -> Path:

@@ -82,6 +82,8 @@ MANAGER_LEASE = f"{PREFIX}:manager:lease"
 LAUNCHED_WORKERS = f"{PREFIX}:manager:launched"
 # Hash "<model>:<version>" -> restart streak (JSON) behind the restart backoff.
 RESTARTS = f"{PREFIX}:manager:restarts"
+# The id labelling this cluster's worker containers (see sluice_manager.supervision.cluster).
+CLUSTER_ID = f"{PREFIX}:manager:cluster-id"
 # The manager's startup report (records.StartupReport); `sluice start` waits on it.
 STARTUP_REPORT = f"{PREFIX}:manager:startup"
 

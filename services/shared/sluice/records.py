@@ -49,7 +49,12 @@ class VersionRecord(Checked):
     # Deliveries of one job before it is dead-lettered (a job that keeps killing workers).
     max_deliveries: int = 3
     client_timeout_ms: int = 0
-    device_type: str = "cpu"
+    # model-config.yaml deviceType: "" (a GPU when the host has one, TorchServe's default), "cpu" or "gpu".
+    device_type: str = ""
+    # Limits of each worker container (model-config.yaml containerCpus / containerMemory; 0: the
+    # manager's defaults). Process workers ignore them.
+    container_cpus: float = 0.0
+    container_memory_bytes: int = 0
     loaded_at_startup: bool = False
     registered_unix_ms: int = 0
     # Custom keys of model-config.yaml, handed to the handler as context.model_yaml_config.
@@ -75,6 +80,12 @@ class WorkerRecord(Checked):
     started_unix_ms: int
     device: str = "cpu"
     gpu: bool = False
+    # Refreshed with every heartbeat: the process's resident memory, and its GPU's use when it runs on
+    # one (the GPU as the worker sees it; TorchServe's GPUUtilization / GPUMemoryUsed).
+    memory_bytes: int = 0
+    gpu_id: int | None = None
+    gpu_utilization_percent: float = 0.0
+    gpu_memory_used_mib: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,6 +27,7 @@ from sluice_worker.redis_retry import until_done
 from sluice_worker.settings import WorkerSettings
 from sluice_worker.startup import enter_model_dir, wait_for_record
 from sluice_worker.torch_thread import HandlerExit, TorchThread
+from sluice_worker.usage import usage_refresher
 from sluice_worker.worker import Worker
 
 log = get_logger(__name__)
@@ -132,6 +133,7 @@ async def _start(
         _worker_record(worker_id, choice),
         interval_s=settings.heartbeat_interval_s,
         ttl_ms=settings.heartbeat_ttl_ms,
+        refresh=usage_refresher(choice),
     )
     worker = Worker(
         batching=Batching(

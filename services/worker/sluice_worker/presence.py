@@ -2,10 +2,12 @@
 
 The heartbeat is written first, so a record without a heartbeat always means a dead worker. Each beat
 rewrites both: a worker whose record was removed while Redis was restarting (or by a peer that saw its
-heartbeat lapse) announces itself again.
+heartbeat lapse) announces itself again, and the record carries what the worker uses (memory, GPU)
+as of the last beat.
 """
 
 import asyncio
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -31,9 +33,12 @@ class Presence:
         *,
         interval_s: float,
         ttl_ms: int,
+        refresh: Callable[[WorkerRecord], WorkerRecord] = lambda record: record,
     ) -> None:
         self._redis = redis
         self._record = record
+        # Fills in what the worker uses (memory, GPU) before each beat.
+        self._refresh = refresh
         self._workers = keys.workers(model, version)
         self._heartbeat = keys.heartbeat(model, version, record.worker_id)
         self._interval_s = interval_s
@@ -41,6 +46,7 @@ class Presence:
         self._stopping = asyncio.Event()
 
     async def announce(self) -> None:
+        self._record = self._refresh(self._record)
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.set(self._heartbeat, self._record.pid, px=self._ttl_ms)
             pipe.hset(self._workers, self._record.worker_id, self._record.to_json())

@@ -15,10 +15,11 @@ import pytest
 import redis.asyncio as aioredis
 from sluice import registry
 from sluice.records import VersionRecord
-from sluice_manager.supervision.launchers.legacy_base import Launcher
-from sluice_manager.supervision.launchers.legacy_process import ProcessLauncher, find_process, worker_command
+from sluice_manager.supervision.launchers.base import Launcher, RunState
+from sluice_manager.supervision.launchers.process import ProcessLauncher, find_process, worker_command
 from sluice_manager.supervision.policy import Timing
 from sluice_manager.supervision.reconciler import Reconciler, ReconcilerConfig
+from sluice_manager.supervision.worker_state import WorkerStateStore
 
 from tests.support.redis_server import RedisServer
 
@@ -72,6 +73,7 @@ class Harness:
     reconciler: Reconciler
     stop: asyncio.Event
     task: "asyncio.Task[None]"
+    exits: "asyncio.Task[None]"
 
     halted: bool = False
 
@@ -80,17 +82,16 @@ class Harness:
         self.halted = True
         self.stop.set()
         await self.task
+        self.exits.cancel()
         await self.launcher.aclose()
 
-    def kill_leftovers(self) -> None:
-        for worker_id in self.launcher.list():
-            record = self.launcher.record(worker_id)
-            if (
-                record is not None
-                and record.pid
-                and find_process(record.pid, record.process_start_time, worker_id)
-            ):
-                os.kill(record.pid, signal.SIGKILL)
+    async def kill_leftovers(self) -> None:
+        for record in (await WorkerStateStore(self.redis).launched()).values():
+            if find_process(record) is not None:
+                os.kill(int(record.handle), signal.SIGKILL)
+
+    async def running(self) -> set[str]:
+        return {wid for wid, state in (await self.launcher.states()).items() if state is RunState.RUNNING}
 
 
 async def _always() -> bool:
@@ -106,26 +107,17 @@ def make_reconciler(
     cpu_count: int = 4,
     launcher: Launcher | None = None,
 ) -> tuple[Launcher, Reconciler]:
-    holder: dict[str, Reconciler] = {}
-
-    async def on_exit(worker_id: str, code: int | None) -> None:
-        await holder["reconciler"].on_worker_exit(worker_id, code)
-
     chosen = launcher or ProcessLauncher(
         command=worker_command(sys.executable, module),
         env=child_env(redis_url),
         logs_dir=logs_dir,
         host=socket.gethostname(),
-        on_exit=on_exit,
+        cpus=cpu_count,
         poll_interval_s=0.05,
     )
     reconciler = Reconciler(
-        redis,
-        chosen,
-        ReconcilerConfig(timing=TIMING, reconcile_interval_s=0.1, cpu_count=cpu_count),
-        host=socket.gethostname(),
+        WorkerStateStore(redis), chosen, ReconcilerConfig(timing=TIMING, reconcile_interval_s=0.1)
     )
-    holder["reconciler"] = reconciler
     return chosen, reconciler
 
 
@@ -147,7 +139,8 @@ async def start_harness(
             await reconciler.adopt()
         stop = asyncio.Event()
         task = asyncio.create_task(reconciler.run(stop, _always))
-        harness = Harness(redis_client, launcher, reconciler, stop, task)
+        exits = asyncio.create_task(reconciler.follow_exits())
+        harness = Harness(redis_client, launcher, reconciler, stop, task, exits)
         started.append(harness)
         return harness
 
@@ -159,10 +152,11 @@ async def start_harness(
             harness.stop.set()
             await _bounded("reconcile loop", harness.task)
         await _bounded("shutdown", harness.reconciler.shutdown(5.0))
+        harness.exits.cancel()
         await _bounded("launcher close", harness.launcher.aclose())
     for harness in started:
         if harness.halted:
-            harness.kill_leftovers()
+            await harness.kill_leftovers()
 
 
 async def _bounded(step: str, action: Awaitable[None], timeout_s: float = 20.0) -> None:

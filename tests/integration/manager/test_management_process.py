@@ -167,4 +167,4 @@ async def _ready(redis: "aioredis.Redis", model: str, count: int) -> bool:
 
 async def _launched(redis: "aioredis.Redis") -> dict[str, int]:
     raw = cast(dict[bytes, bytes], await redis.hgetall(keys.LAUNCHED_WORKERS))
-    return {k.decode(): int(json.loads(v)["pid"]) for k, v in raw.items()}
+    return {k.decode(): int(json.loads(v)["handle"]) for k, v in raw.items()}

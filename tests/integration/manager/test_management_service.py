@@ -81,6 +81,7 @@ async def api(
         submit=submit,
         describe_jobs=DescribeJobs(redis_client, redis_server.url),
         wake=harness.reconciler.wake,
+        measure_usage=harness.launcher.usage,
     )
     holder = Api(service, redis_client, store, models_dir, harness)
     yield holder

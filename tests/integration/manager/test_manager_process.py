@@ -99,7 +99,7 @@ async def report_of(redis: "aioredis.Redis", pid: int) -> StartupReport | None:
 
 
 async def launched(redis: "aioredis.Redis") -> dict[str, int]:
-    return {w: r.pid or 0 for w, r in (await WorkerStateStore(redis).launched()).items()}
+    return {w: int(r.handle) for w, r in (await WorkerStateStore(redis).launched()).items()}
 
 
 def alive(pid: int) -> bool:

@@ -1,158 +1,114 @@
-"""The process launcher with real child processes (a trivial sleeping child: no Redis needed)."""
+"""The process launcher with real child processes: the launcher contract (tests/support/
+launcher_contract.py), then what only local processes do (process groups, pids that were reused,
+the standby worker)."""
 
 import os
-import signal
 import socket
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import psutil
+import pytest
 from sluice.worker_standby import STANDBY_FLAG
-from sluice_manager.supervision.launchers.legacy_base import ProcessState, WorkerSpec
-from sluice_manager.supervision.launchers.legacy_process import ProcessLauncher
+from sluice_manager.supervision.launchers.base import Launcher, RunState, WorkerSpec
+from sluice_manager.supervision.launchers.process import LOG_PATH, MARKER, START_TIME, ProcessLauncher
+from sluice_manager.supervision.launchers.standby import Standby
 
 from tests.support.eventually import eventually
+from tests.support.launcher_contract import (
+    CONTRACT,
+    CONTRACT_IDS,
+    FAKE_WORKER_PROGRAM,
+    ExitWatch,
+    LauncherUnderTest,
+    spec,
+)
 
-SLEEPER = "import sys, time; print('child up', sys.argv[1:], flush=True); time.sleep(60)"
+HOST = socket.gethostname()
 
 
-def sleeper_command(spec: WorkerSpec) -> list[str]:
+def fake_worker_command(spec: WorkerSpec) -> list[str]:
     # The worker id on the command line lets adoption recognise the process.
-    return [
-        sys.executable,
-        "-c",
-        SLEEPER,
-        "--worker-id",
-        spec.worker_id,
-        "--torch-threads",
-        str(spec.torch_threads),
-    ]
+    return [sys.executable, "-c", FAKE_WORKER_PROGRAM, *spec.arguments()]
 
 
-class Exits:
-    def __init__(self) -> None:
-        self.seen: dict[str, int | None] = {}
-
-    async def __call__(self, worker_id: str, code: int | None) -> None:
-        self.seen[worker_id] = code
-
-
-# A standby as the real worker's: wait for the assignment, then run as the sleeper would.
+# A standby as the real worker's: wait for the assignment, then run as the fake worker would.
 STANDBY = (
-    "import sys, time; from sluice.worker_standby import await_assignment; args = await_assignment(); "
-    "print('assigned', args, flush=True); time.sleep(60)"
+    "import sys; from sluice.worker_standby import await_assignment; args = await_assignment(); "
+    "sys.argv = ['-c', *args]; exec(compile(" + repr(FAKE_WORKER_PROGRAM) + ", 'fake', 'exec'))"
 )
 STANDBY_COMMAND = [sys.executable, "-c", STANDBY, STANDBY_FLAG]
 # A standby that cannot even start.
 BROKEN_STANDBY_COMMAND = [sys.executable, "-c", "raise SystemExit(1)", STANDBY_FLAG]
 
 
-def launcher(
-    tmp_path: Path, exits: Exits, host: str | None = None, standby: list[str] | None = None
-) -> ProcessLauncher:
+def launcher(tmp_path: Path, host: str = HOST, standby: list[str] | None = None) -> ProcessLauncher:
+    env = dict(os.environ)
     return ProcessLauncher(
-        command=sleeper_command,
-        env=dict(os.environ),
+        command=fake_worker_command,
+        env=env,
         logs_dir=tmp_path / "logs",
-        host=host or socket.gethostname(),
-        on_exit=exits,
+        host=host,
         poll_interval_s=0.05,
-        standby_command=standby,
-        standby_delay_s=0.05,
+        standby=None
+        if standby is None
+        else Standby(standby, env, tmp_path / "logs" / "workers" / "standby.log", delay_s=0.05),
     )
 
 
-def standby_pid(runner: ProcessLauncher) -> int | None:
-    standby = runner._standby
-    return None if standby is None else standby.pid
+@pytest.fixture
+async def launcher_under_test(tmp_path: Path) -> AsyncIterator[LauncherUnderTest]:
+    async def make() -> Launcher:
+        return launcher(tmp_path)
+
+    # A stop may reach the program before it handles SIGTERM (-15); an adopted process is not our
+    # child, so its exit code is not known.
+    under = LauncherUnderTest(
+        make, HOST, stopped_codes=frozenset({0, -15}), killed_codes=frozenset({-9, None})
+    )
+    yield under
+    await under.close_all()
 
 
-async def test_start_stop_and_exit_report(tmp_path: Path) -> None:
-    exits = Exits()
-    runner = launcher(tmp_path, exits)
-    record = await runner.start(WorkerSpec("m", "1.0", "9000", torch_threads=2))
+@pytest.mark.parametrize("check", CONTRACT, ids=CONTRACT_IDS)
+async def test_contract(
+    check: Callable[[LauncherUnderTest], Awaitable[None]], launcher_under_test: LauncherUnderTest
+) -> None:
+    await check(launcher_under_test)
+
+
+async def test_a_worker_leads_its_own_process_group_and_logs_to_its_file(tmp_path: Path) -> None:
+    runner = launcher(tmp_path)
     try:
-        assert record.pid is not None
-        assert record.process_start_time is not None
-        assert (record.model_name, record.version, record.launcher) == ("m", "1.0", "process")
-        assert runner.list() == {"9000": ProcessState.RUNNING}
+        record = await runner.start(spec(HOST, "9000", threads=2))
+        pid = int(record.handle)
         # Its own process group, so a terminal's Ctrl-C does not reach it.
-        assert os.getpgid(record.pid) == record.pid
-        log_file = Path(record.log_path)
-        await eventually(lambda: "--torch-threads', '2'" in log_file.read_text(), timeout_s=10)
-        await runner.stop("9000", graceful=True)
-        await eventually(lambda: "9000" in exits.seen, timeout_s=5)
-        assert exits.seen["9000"] == -signal.SIGTERM
-        assert runner.list() == {"9000": ProcessState.EXITED}
-        runner.forget("9000")
-        assert runner.list() == {}
+        assert os.getpgid(pid) == pid
+        assert record.details[START_TIME]
+        assert record.details[MARKER] == ""
+        log_file = Path(record.details[LOG_PATH])
+        await eventually(lambda: "'--torch-threads', '2'" in log_file.read_text(), timeout_s=10)
+        await runner.stop("9000", graceful=False)
     finally:
         await runner.aclose()
 
 
-async def test_kill(tmp_path: Path) -> None:
-    exits = Exits()
-    runner = launcher(tmp_path, exits)
-    await runner.start(WorkerSpec("m", "1.0", "9001"))
+async def test_a_record_naming_another_host_or_a_reused_pid_is_not_adopted(tmp_path: Path) -> None:
+    first = launcher(tmp_path)
+    record = await first.start(spec(HOST, "9003"))
+    await first.aclose()
+    second = launcher(tmp_path)
     try:
-        await runner.stop("9001", graceful=False)
-        await eventually(lambda: "9001" in exits.seen, timeout_s=5)
-        assert exits.seen["9001"] == -signal.SIGKILL
-    finally:
-        await runner.aclose()
-
-
-async def test_unexpected_exit_is_reported_at_once(tmp_path: Path) -> None:
-    exits = Exits()
-    runner = launcher(tmp_path, exits)
-    record = await runner.start(WorkerSpec("m", "1.0", "9002"))
-    try:
-        assert record.pid is not None
-        os.kill(record.pid, signal.SIGKILL)
-        await eventually(lambda: "9002" in exits.seen, timeout_s=1)
-    finally:
-        await runner.aclose()
-
-
-async def test_a_new_launcher_adopts_a_running_worker(tmp_path: Path) -> None:
-    first_exits, second_exits = Exits(), Exits()
-    first = launcher(tmp_path, first_exits)
-    record = await first.start(WorkerSpec("m", "1.0", "9003"))
-    await first.aclose()  # the manager died; the worker keeps running
-    second = launcher(tmp_path, second_exits)
-    try:
-        assert not launcher(tmp_path, Exits(), host="elsewhere").adopt(record)
-        stale = record.model_copy(update={"process_start_time": (record.process_start_time or 0) - 100})
-        assert not second.adopt(stale)
-        assert not second.adopt(record.model_copy(update={"worker_id": "9999"}))
-        assert second.adopt(record)
-        assert not second.adopt(record)  # once
-        assert second.list() == {"9003": ProcessState.RUNNING}
-        await second.stop("9003", graceful=True)
-        await eventually(lambda: "9003" in second_exits.seen, timeout_s=5)
-        assert second_exits.seen["9003"] is None  # not our child: no exit code
-        pid = record.pid
-        assert pid is not None
-        await eventually(lambda: not psutil.pid_exists(pid) or _zombie(pid), timeout_s=5)
+        assert not await launcher(tmp_path, host="elsewhere").adopt([record])
+        started = float(record.details[START_TIME])
+        stale = record.model_copy(update={"details": {**record.details, START_TIME: str(started - 100)}})
+        assert not await second.adopt([stale])
+        assert [r.worker_id for r in await second.adopt([record])] == ["9003"]
+        await second.stop("9003", graceful=False)
     finally:
         await second.aclose()
         _reap_if_ours(first)
-
-
-async def test_adopting_a_dead_worker_fails(tmp_path: Path) -> None:
-    exits = Exits()
-    first = launcher(tmp_path, exits)
-    record = await first.start(WorkerSpec("m", "1.0", "9004"))
-    await first.stop("9004", graceful=False)
-    await eventually(lambda: "9004" in exits.seen, timeout_s=5)
-    await first.aclose()
-    assert not launcher(tmp_path, Exits()).adopt(record)
-
-
-async def test_stop_of_an_unknown_worker_is_harmless(tmp_path: Path) -> None:
-    runner = launcher(tmp_path, Exits())
-    await runner.stop("nope", graceful=True)
-    await runner.aclose()
 
 
 def _zombie(pid: int) -> bool:
@@ -168,45 +124,47 @@ def _reap_if_ours(runner: ProcessLauncher) -> None:
             child.popen.poll()
 
 
+def standby_pid(runner: ProcessLauncher) -> int | None:
+    standby = runner._standby
+    process = None if standby is None else standby._process
+    return None if process is None else process.pid
+
+
 async def test_a_worker_starts_as_the_standby_and_a_new_standby_follows(tmp_path: Path) -> None:
-    exits = Exits()
-    runner = launcher(tmp_path, exits, standby=STANDBY_COMMAND)
+    runner = launcher(tmp_path, standby=STANDBY_COMMAND)
+    watch = ExitWatch(runner)
     try:
         await runner.prepare()
         first_standby = standby_pid(runner)
         assert first_standby is not None
-        record = await runner.start(WorkerSpec("m", "1.0", "9010", torch_threads=3))
-        assert (record.pid, record.marker, record.command_marker) == (
-            first_standby,
-            STANDBY_FLAG,
-            STANDBY_FLAG,
-        )
-        log_file = Path(record.log_path)
+        record = await runner.start(spec(HOST, "9010", threads=3))
+        assert (int(record.handle), record.details[MARKER]) == (first_standby, STANDBY_FLAG)
+        log_file = Path(record.details[LOG_PATH])
         await eventually(lambda: "'--worker-id', '9010'" in log_file.read_text(), timeout_s=10)
-        await eventually(lambda: "--torch-threads', '3'" in log_file.read_text(), timeout_s=1)
+        await eventually(lambda: "'--torch-threads', '3'" in log_file.read_text(), timeout_s=1)
         await eventually(lambda: standby_pid(runner) not in (None, first_standby), timeout_s=5)
         # Its own process group, as any worker: a stop signal reaches it.
         assert os.getpgid(first_standby) == first_standby
         await runner.stop("9010", graceful=True)
-        await eventually(lambda: "9010" in exits.seen, timeout_s=5)
-        assert exits.seen["9010"] == -signal.SIGTERM
+        assert (await watch.wait_for("9010")).exit_code == 0
         second_standby = standby_pid(runner)
     finally:
+        watch.close()
         await runner.aclose()
     assert second_standby is not None
     assert not psutil.pid_exists(second_standby) or _zombie(second_standby)  # closing ends the standby
 
 
 async def test_a_standby_worker_is_adopted_by_its_command_line_marker(tmp_path: Path) -> None:
-    first = launcher(tmp_path, Exits(), standby=STANDBY_COMMAND)
+    first = launcher(tmp_path, standby=STANDBY_COMMAND)
     await first.prepare()
-    record = await first.start(WorkerSpec("m", "1.0", "9011"))
+    record = await first.start(spec(HOST, "9011"))
     await first.aclose()  # the manager died; the worker keeps running (its next standby does not)
-    second = launcher(tmp_path, Exits())
+    second = launcher(tmp_path)
     try:
-        assert record.marker == STANDBY_FLAG
-        assert second.adopt(record)
-        assert second.list() == {"9011": ProcessState.RUNNING}
+        assert record.details[MARKER] == STANDBY_FLAG
+        assert await second.adopt([record])
+        assert await second.states() == {"9011": RunState.RUNNING}
         await second.stop("9011", graceful=False)
     finally:
         await second.aclose()
@@ -214,29 +172,32 @@ async def test_a_standby_worker_is_adopted_by_its_command_line_marker(tmp_path: 
 
 
 async def test_a_standby_that_cannot_start_turns_standbys_off(tmp_path: Path) -> None:
-    exits = Exits()
-    runner = launcher(tmp_path, exits, standby=BROKEN_STANDBY_COMMAND)
+    runner = launcher(tmp_path, standby=BROKEN_STANDBY_COMMAND)
     try:
         await runner.prepare()
-        broken = runner._standby
+        assert runner._standby is not None
+        broken = runner._standby._process
         assert broken is not None
         await eventually(lambda: broken.poll() is not None, timeout_s=10)
-        record = await runner.start(WorkerSpec("m", "1.0", "9012"))
-        assert record.marker == ""
-        assert record.pid != broken.pid
-        await eventually(lambda: "child up" in Path(record.log_path).read_text(), timeout_s=10)
+        record = await runner.start(spec(HOST, "9012"))
+        assert record.details[MARKER] == ""
+        assert int(record.handle) != broken.pid
+        await eventually(lambda: "fake worker up" in Path(record.details[LOG_PATH]).read_text(), timeout_s=10)
         await runner.prepare()
-        assert runner._standby is None  # off for good: no restart loop
+        assert runner._standby._process is None  # off for good: no restart loop
+        await runner.stop("9012", graceful=False)
     finally:
         await runner.aclose()
 
 
 async def test_a_standby_that_cannot_be_spawned_turns_standbys_off(tmp_path: Path) -> None:
-    runner = launcher(tmp_path, Exits(), standby=[str(tmp_path / "no-such-python"), STANDBY_FLAG])
+    runner = launcher(tmp_path, standby=[str(tmp_path / "no-such-python"), STANDBY_FLAG])
     try:
         await runner.prepare()  # logs a warning instead of failing the manager's startup
-        assert runner._standby is None
-        record = await runner.start(WorkerSpec("m", "1.0", "9013"))
-        assert record.marker == ""
+        assert runner._standby is not None
+        assert runner._standby._process is None
+        record = await runner.start(spec(HOST, "9013"))
+        assert record.details[MARKER] == ""
+        await runner.stop("9013", graceful=False)
     finally:
         await runner.aclose()

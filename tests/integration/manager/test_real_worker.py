@@ -34,8 +34,7 @@ async def test_real_worker_serves_the_demo_model_and_is_replaced_when_killed(
 
     await eventually(one_ready, timeout_s=90, interval_s=0.2)
     [(first, launch)] = (await WorkerStateStore(redis_client).launched()).items()
-    assert launch.pid is not None
-    os.kill(launch.pid, signal.SIGKILL)
+    os.kill(int(launch.handle), signal.SIGKILL)
 
     async def replaced() -> bool:
         ready = await ready_ids(redis_client, "demo", "1.0")

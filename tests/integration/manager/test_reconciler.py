@@ -12,8 +12,8 @@ from typing import cast
 import psutil
 import redis.asyncio as aioredis
 from sluice import keys
-from sluice_manager.supervision.launchers.legacy_base import ProcessState
-from sluice_manager.supervision.launchers.legacy_external import ExternalLauncher
+from sluice_manager.supervision.launchers.base import RunState
+from sluice_manager.supervision.launchers.external import ExternalLauncher
 from sluice_manager.supervision.reconciler import Reconciler, ReconcilerConfig
 from sluice_manager.supervision.worker_state import WorkerStateStore
 
@@ -33,7 +33,7 @@ from tests.support.redis_server import RedisServer
 
 async def launched_pids(redis: "aioredis.Redis") -> dict[str, int]:
     records = await WorkerStateStore(redis).launched()
-    return {worker_id: record.pid or 0 for worker_id, record in records.items()}
+    return {worker_id: int(record.handle) for worker_id, record in records.items()}
 
 
 async def starts(redis: "aioredis.Redis", model: str = "m", version: str = "1.0") -> list[dict[str, object]]:
@@ -137,7 +137,7 @@ async def test_unregistered_version_loses_its_workers(
     await eventually(lambda: _has(redis_client, 2), timeout_s=15)
     await eventually(lambda: _has(redis_client, 1, "other"), timeout_s=15)
     launched = await WorkerStateStore(redis_client).launched()
-    pids = [record.pid or 0 for record in launched.values() if record.model_name == "m"]
+    pids = [int(record.handle) for record in launched.values() if record.model_name == "m"]
     await redis_client.delete(keys.version_config("m", "1.0"))
     await redis_client.hdel(keys.model("m"), "v:1.0")
     await eventually(lambda: all(not _alive(pid) for pid in pids), timeout_s=10)
@@ -154,7 +154,7 @@ async def test_restarted_manager_adopts_without_duplicates(
     before = await launched_pids(redis_client)
     await first.halt()  # the manager dies; its workers keep running
     second = await start_harness(adopt=True)
-    assert set(second.launcher.list()) == set(before)
+    assert await second.running() == set(before)
     await asyncio.sleep(1.0)
     assert await launched_pids(redis_client) == before
     assert len(await starts(redis_client)) == 2, "no duplicate workers"
@@ -193,7 +193,7 @@ async def test_shutdown_stops_every_worker(
     assert all(not _alive(pid) for pid in pids.values())
     await eventually(lambda: _launched_count(redis_client, 0), timeout_s=5)
     assert await redis_client.hlen(keys.workers("m", "1.0")) == 0
-    assert all(state is not ProcessState.RUNNING for state in harness.launcher.list().values())
+    assert all(state is not RunState.RUNNING for state in (await harness.launcher.states()).values())
 
 
 async def test_external_launcher_counts_and_cleans_up(
@@ -201,10 +201,9 @@ async def test_external_launcher_counts_and_cleans_up(
 ) -> None:
     await register(redis_client, min_workers=1, fake={"ttl_s": 0.6})
     reconciler = Reconciler(
-        redis_client,
-        ExternalLauncher(),
+        WorkerStateStore(redis_client),
+        ExternalLauncher(socket.gethostname()),
         ReconcilerConfig(timing=TIMING, reconcile_interval_s=0.1),
-        host=socket.gethostname(),
     )
     worker = start_external_worker(redis_server.url, "w1")
     try:

@@ -4,7 +4,7 @@ import itertools
 from dataclasses import replace
 
 import pytest
-from sluice_manager.supervision.launchers.legacy_base import ProcessState
+from sluice_manager.supervision.launchers.base import RunState
 from sluice_manager.supervision.policy import (
     BACKOFF_S,
     Actions,
@@ -24,9 +24,7 @@ def desired(min_workers: int = 1, max_workers: int | None = None, active: bool =
 
 
 def ready(worker_id: str, **changes: object) -> ObservedWorker:
-    base = ObservedWorker(
-        worker_id, owned=True, process=ProcessState.RUNNING, phase=Phase.READY, heartbeat=True
-    )
+    base = ObservedWorker(worker_id, owned=True, state=RunState.RUNNING, phase=Phase.READY, heartbeat=True)
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -35,7 +33,7 @@ def loading(worker_id: str, age_s: float = 1.0, **changes: object) -> ObservedWo
 
 
 def external(worker_id: str, **changes: object) -> ObservedWorker:
-    return ready(worker_id, owned=False, process=ProcessState.UNKNOWN, **changes)
+    return ready(worker_id, owned=False, state=None, **changes)
 
 
 # --- counting -------------------------------------------------------------------------------------
@@ -67,7 +65,7 @@ def test_external_workers_count_but_are_never_stopped() -> None:
 
 
 def test_exited_workers_are_forgotten_and_replaced() -> None:
-    actions = decide(desired(2), [ready("9000", process=ProcessState.EXITED), ready("9001")], TIMING)
+    actions = decide(desired(2), [ready("9000", state=RunState.EXITED), ready("9001")], TIMING)
     assert actions == Actions(start=1, forget=("9000",))
 
 
@@ -139,7 +137,7 @@ def test_scale_down_orders_ids_numerically() -> None:
 
 
 def test_inactive_version_stops_everything_it_owns() -> None:
-    workers = [ready("9000"), loading("9001"), external("9002"), ready("9003", process=ProcessState.EXITED)]
+    workers = [ready("9000"), loading("9001"), external("9002"), ready("9003", state=RunState.EXITED)]
     actions = decide(desired(2, active=False), workers, TIMING)
     assert actions == Actions(stop=("9000", "9001"), forget=("9003",))
 
@@ -177,20 +175,20 @@ def test_backoff_is_capped_by_max_retry_timeout() -> None:
 
 # --- invariants over many combinations ------------------------------------------------------------
 
-PROCESS = [ProcessState.RUNNING, ProcessState.EXITED]
+STATES = [RunState.RUNNING, RunState.EXITED]
 PHASES = list(Phase)
 
 
 def _all_workers() -> list[ObservedWorker]:
     found = []
-    for index, (owned, process, phase, heartbeat, missing, stopping) in enumerate(
-        itertools.product([True, False], PROCESS, PHASES, [True, False], [0.0, 5.0], [None, 1.0, 40.0])
+    for index, (owned, state, phase, heartbeat, missing, stopping) in enumerate(
+        itertools.product([True, False], STATES, PHASES, [True, False], [0.0, 5.0], [None, 1.0, 40.0])
     ):
         found.append(
             ObservedWorker(
                 str(9000 + index),
                 owned=owned,
-                process=process if owned else ProcessState.UNKNOWN,
+                state=state if owned else None,
                 phase=phase,
                 heartbeat=heartbeat,
                 heartbeat_missing_s=0.0 if heartbeat else missing,
@@ -211,10 +209,10 @@ def test_invariants(active: bool, min_workers: int, max_workers: int) -> None:
     assert len(acted) == len(set(acted)), "a worker gets at most one action"
     for worker_id in [*actions.stop, *actions.kill]:
         assert by_id[worker_id].owned, "only our own workers are signalled"
-        assert by_id[worker_id].process is ProcessState.RUNNING
+        assert by_id[worker_id].state is RunState.RUNNING
     for worker_id in actions.forget:
         worker = by_id[worker_id]
-        assert worker.process is ProcessState.EXITED or not worker.heartbeat
+        assert worker.state is RunState.EXITED or not worker.heartbeat
     assert actions.start >= 0
     if not active:
         assert actions.start == 0

@@ -58,7 +58,7 @@ def test_defaults() -> None:
     assert (r.min_workers, r.max_workers, r.job_queue_size, r.max_retry_timeout_s) == (0, 0, 100, 300)
     assert (r.client_timeout_ms, r.device_type, r.loaded_at_startup, r.registered_unix_ms) == (
         0,
-        "cpu",
+        "",
         False,
         5,
     )
@@ -183,9 +183,23 @@ def test_job_queue_size_falls_back_to_the_server_setting() -> None:
     assert record(yaml={"jobQueueSize": 0}, defaults=ServerDefaults(job_queue_size=9)).job_queue_size == 9
 
 
-def test_gpu_only_when_gpus_are_configured() -> None:
-    assert record(yaml={"deviceType": "gpu"}).device_type == "cpu"
-    assert record(yaml={"deviceType": "gpu"}, defaults=ServerDefaults(number_of_gpu=2)).device_type == "gpu"
+def test_device_type_is_the_yaml_choice_and_gpus_are_the_default() -> None:
+    # "" lets placement use a GPU when the host has one (TorchServe's default).
+    assert record().device_type == ""
+    assert record(yaml={"deviceType": "gpu"}).device_type == "gpu"
+    assert record(yaml={"deviceType": "CPU"}).device_type == "cpu"
+    with pytest.raises(SluiceError, match="deviceType must be cpu or gpu"):
+        record(yaml={"deviceType": "tpu"})
+
+
+def test_container_limits_from_the_yaml() -> None:
+    assert (record().container_cpus, record().container_memory_bytes) == (0.0, 0)
+    limited = record(yaml={"containerCpus": 1.5, "containerMemory": "2g"})
+    assert (limited.container_cpus, limited.container_memory_bytes) == (1.5, 2 * 1024**3)
+    assert record(yaml={"containerMemory": 1048576}).container_memory_bytes == 1048576
+    for bad in ({"containerCpus": 0}, {"containerCpus": "two"}, {"containerMemory": "lots"}):
+        with pytest.raises(SluiceError, match=r"model-config\.yaml: container"):
+            record(yaml=bad)
 
 
 def test_names_and_envelope() -> None:

@@ -25,7 +25,13 @@ from sluice.tasks import cancel_and_wait
 from sluice_manager.api.describe_job import DescribeJobs
 from sluice_manager.api.model_api import require_model_api
 from sluice_manager.api.model_views import Json, describe_json, model_list, page
-from sluice_manager.api.version_views import ready_workers, version_view, worker_counts
+from sluice_manager.api.version_views import (
+    MeasureUsage,
+    no_usage,
+    ready_workers,
+    version_view,
+    worker_counts,
+)
 from sluice_manager.models.fetch import URL_REQUIRED
 from sluice_manager.models.queued_jobs import fail_queued_jobs
 from sluice_manager.models.version_config import RegisterOptions
@@ -122,6 +128,7 @@ class ManagementService:
         submit: Submit,
         describe_jobs: DescribeJobs,
         wake: Callable[[], None] = lambda: None,
+        measure_usage: MeasureUsage = no_usage,
     ) -> None:
         self.redis = redis
         self.config = config
@@ -130,6 +137,7 @@ class ManagementService:
         self._submit = submit
         self._describe_jobs = describe_jobs
         self._wake = wake
+        self._measure_usage = measure_usage
         self._background: set[asyncio.Task[None]] = set()
 
     async def register(self, request: RegisterRequest) -> Status:
@@ -247,7 +255,7 @@ class ManagementService:
             record = await registry.get_version(self.redis, model, name)
             if record is None:
                 continue
-            view = await version_view(self.redis, record, launched, self.config.host)
+            view = await version_view(self.redis, record, launched, self._measure_usage)
             extra = None
             if customized and version != ALL_VERSIONS:
                 extra = await self._describe_jobs.customized(record, headers or {}, body)

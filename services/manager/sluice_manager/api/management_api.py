@@ -23,6 +23,7 @@ from sluice_manager.api.describe_job import DescribeJobs
 from sluice_manager.api.grpc_api.server import ManagementGrpcServer
 from sluice_manager.api.management import ManagementConfig, ManagementService
 from sluice_manager.api.rest_api.server import create_app
+from sluice_manager.api.version_views import MeasureUsage, no_usage
 from sluice_manager.operations.celery_app import celery_app
 from sluice_manager.operations.store import OperationStore
 from sluice_manager.operations.task_client import TaskClient
@@ -62,6 +63,7 @@ class ManagementApi:
         wake: Callable[[], None],
         environ: Mapping[str, str],
         seams: ApiSeams = ApiSeams(),
+        measure_usage: MeasureUsage = no_usage,
     ) -> None:
         self.settings = settings
         self._redis = redis
@@ -82,6 +84,7 @@ class ManagementApi:
             submit=self.tasks.submit,
             describe_jobs=DescribeJobs(redis, settings.redis_url),
             wake=wake,
+            measure_usage=measure_usage,
         )
         self.grpc = ManagementGrpcServer(
             self.service,

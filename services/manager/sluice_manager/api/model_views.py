@@ -24,6 +24,12 @@ class WorkerView:
     started_unix_ms: int
     memory_bytes: int = 0
     gpu: bool = False
+    # TorchServe's gpuUsage text ("N/A" off a GPU).
+    gpu_usage: str = "N/A"
+    # Where it runs (Sluice's additions to TorchServe's worker JSON): the host, and the short id of
+    # its container ("" for a process).
+    host: str = ""
+    container: str = ""
 
 
 @dataclass(frozen=True)
@@ -71,15 +77,21 @@ def timestamp(unix_ms: int) -> str:
 
 
 def worker_json(worker: WorkerView) -> Json:
-    return {
+    """TorchServe's worker object; a container worker also says where it runs (``host``: the engine,
+    ``container``: its short id)."""
+    entry: Json = {
         "id": worker.worker_id,
         "startTime": timestamp(worker.started_unix_ms),
         "status": "READY" if worker.ready else "UNLOADING",
         "memoryUsage": worker.memory_bytes,
         "pid": worker.pid,
         "gpu": worker.gpu,
-        "gpuUsage": "N/A",
+        "gpuUsage": worker.gpu_usage,
     }
+    if worker.container:
+        entry["host"] = worker.host
+        entry["container"] = worker.container
+    return entry
 
 
 def describe_json(view: VersionView, customized: Json | None = None) -> Json:
@@ -101,7 +113,8 @@ def describe_json(view: VersionView, customized: Json | None = None) -> Json:
         "clientTimeoutInMills": record.client_timeout_ms,
         "parallelType": "",
         "parallelLevel": 0,
-        "deviceType": record.device_type,
+        # What the workers run on (TorchServe reports "cpu" on a host without GPUs).
+        "deviceType": "gpu" if any(worker.gpu for worker in view.workers) else "cpu",
         "continuousBatching": False,
         "useJobTicket": False,
         "useVenv": False,

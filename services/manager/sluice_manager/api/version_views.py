@@ -1,33 +1,44 @@
 """What DescribeModel reports, read live: the version's workers (launched by a manager, or announced
-by themselves) with their status, pid and memory, and its job stream's length.
+by themselves) with their status, pid, memory, GPU use and where they run, and its job stream's length.
 
 A worker is READY when it announced READY, its heartbeat is alive and nobody asked it to stop; any
 other worker (loading, draining, unresponsive) is reported UNLOADING, as TorchServe reports a worker
-thread that is not running a loaded model. Memory is the process's RSS for workers on this host;
-workers elsewhere report 0.
+thread that is not running a loaded model. Memory is what the launcher measures where it can (a
+container's engine stats, a local process's RSS), else what the worker reports in its heartbeat, so
+workers on any host have one.
 """
 
-import psutil
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
 import redis.asyncio as aioredis
 from sluice import keys
 from sluice.records import VersionRecord, WorkerStatus
 
 from sluice_manager.api.model_views import VersionView, WorkerView
-from sluice_manager.supervision.launchers.legacy_base import LaunchRecord
+from sluice_manager.supervision.launchers.base import CONTAINER, LaunchRecord, Usage
 from sluice_manager.supervision.worker_state import AnnouncedWorker, WorkerStateStore
 
+# What the launcher measures of the given workers (by worker id).
+MeasureUsage = Callable[[Sequence[LaunchRecord]], Awaitable[dict[str, Usage]]]
 
-def process_memory(host: str, this_host: str, pid: int) -> int:
-    if host != this_host or pid <= 0:
-        return 0
-    try:
-        return int(psutil.Process(pid).memory_info().rss)
-    except psutil.Error:
-        return 0
+
+async def no_usage(records: Sequence[LaunchRecord]) -> dict[str, Usage]:
+    return {}
+
+
+def gpu_usage_text(worker: AnnouncedWorker | None) -> str:
+    """TorchServe's ``gpuUsage``: ``gpuId::0 utilization.gpu [%]::37 % memory.used [MiB]::1024 MiB``."""
+    if worker is None or worker.record.gpu_id is None:
+        return "N/A"
+    record = worker.record
+    return (
+        f"gpuId::{record.gpu_id} utilization.gpu [%]::{record.gpu_utilization_percent:.0f} % "
+        f"memory.used [MiB]::{record.gpu_memory_used_mib:.0f} MiB"
+    )
 
 
 def worker_views(
-    launched: list[LaunchRecord], announced: dict[str, AnnouncedWorker], this_host: str
+    launched: list[LaunchRecord], announced: Mapping[str, AnnouncedWorker], usage: Mapping[str, Usage]
 ) -> tuple[WorkerView, ...]:
     by_id = {record.worker_id: record for record in launched}
     views: list[WorkerView] = []
@@ -38,38 +49,49 @@ def worker_views(
         ready = seen is not None and seen.heartbeat and seen.record.status is WorkerStatus.READY
         if seen is not None:
             pid, host, started = seen.record.pid, seen.record.host, seen.record.started_unix_ms
+            reported_memory = seen.record.memory_bytes
         else:
             assert launch is not None
-            pid, host, started = launch.pid or 0, launch.host, launch.started_unix_ms
+            pid = int(launch.handle) if launch.handle.isdigit() else 0
+            host, started, reported_memory = launch.host, launch.started_unix_ms, 0
+        measured = usage.get(worker_id)
+        container = launch.details.get(CONTAINER, "") if launch is not None else ""
         views.append(
             WorkerView(
                 worker_id=worker_id,
                 ready=ready and not stopping,
                 pid=pid,
                 started_unix_ms=started,
-                memory_bytes=process_memory(host, this_host, pid),
+                memory_bytes=measured.memory_bytes if measured is not None else reported_memory,
                 gpu=seen.record.gpu if seen is not None else False,
+                gpu_usage=gpu_usage_text(seen),
+                host=launch.host if launch is not None and container else host,
+                container=container,
             )
         )
     return tuple(views)
 
 
 async def version_view(
-    redis: "aioredis.Redis", record: VersionRecord, launched: dict[str, LaunchRecord], this_host: str
+    redis: "aioredis.Redis",
+    record: VersionRecord,
+    launched: Mapping[str, LaunchRecord],
+    measure: MeasureUsage = no_usage,
 ) -> VersionView:
     model, version = record.model_name, record.version
     store = WorkerStateStore(redis)
     mine = [r for r in launched.values() if (r.model_name, r.version) == (model, version)]
     announced = await store.announced(model, version)
+    usage = await measure(mine)
     pending = int(await redis.xlen(keys.job_stream(model, version)))
-    return VersionView(record, worker_views(mine, announced, this_host), pending)
+    return VersionView(record, worker_views(mine, announced, usage), pending)
 
 
 async def worker_counts(redis: "aioredis.Redis", model: str, version: str) -> tuple[int, int]:
     """(READY workers not asked to stop, workers of the version still around in any state)."""
     store = WorkerStateStore(redis)
     launched = [r for r in (await store.launched()).values() if (r.model_name, r.version) == (model, version)]
-    views = worker_views(launched, await store.announced(model, version), this_host="")
+    views = worker_views(launched, await store.announced(model, version), {})
     return sum(1 for view in views if view.ready), len(views)
 
 

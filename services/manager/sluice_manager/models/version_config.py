@@ -10,7 +10,8 @@ torchserve.md section 5.3:
   TorchServe's one per CPU core, which runs laptops out of memory); at register time the explicit
   ``initial_workers``, then ``default_workers_per_model`` (0 means no worker, as in TorchServe).
 - ``jobQueueSize`` (> 0), ``maxRetryTimeoutInSec``, ``clientTimeoutInMills``, ``deviceType`` from the
-  yaml only. Sluice reads one extra yaml key, ``batchPolicy`` (``fill`` or ``eager``).
+  yaml only. Sluice reads extra yaml keys: ``batchPolicy`` (``fill`` or ``eager``), and for worker
+  containers ``containerCpus`` (cores, e.g. 1.5) and ``containerMemory`` (e.g. ``2g``).
 """
 
 import json
@@ -22,6 +23,7 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.records import BatchPolicy, VersionRecord
 from sluice.v2_declaration import ModelTensors, parse_model_tensors
 
+from sluice_manager.memory_sizes import parse_bytes
 from sluice_manager.models.archives import printable
 from sluice_manager.models.manifest import ArchiveContents
 
@@ -59,7 +61,6 @@ class ServerDefaults:
     default_startup_timeout_s: int = 120
     service_envelope: str = ""
     default_service_handler: str = ""
-    number_of_gpu: int = 0
 
 
 def parse_models_json(text: str) -> ModelsJson:
@@ -144,7 +145,9 @@ def build_record(
         max_retry_timeout_s=_first_positive(yaml_conf.integer("maxRetryTimeoutInSec"))
         or DEFAULT_MAX_RETRY_TIMEOUT_S,
         client_timeout_ms=_first_not_negative(yaml_conf.integer("clientTimeoutInMills"), 0),
-        device_type="gpu" if yaml_conf.text("deviceType") == "gpu" and defaults.number_of_gpu > 0 else "cpu",
+        device_type=yaml_conf.device_type(),
+        container_cpus=yaml_conf.cpus("containerCpus"),
+        container_memory_bytes=yaml_conf.memory("containerMemory"),
         loaded_at_startup=options.at_startup,
         registered_unix_ms=now_unix_ms,
         model_yaml_config=contents.model_yaml,
@@ -209,6 +212,36 @@ class _YamlConfig:
     def text(self, key: str) -> str | None:
         value = self.raw.get(key)
         return None if value is None else str(value)
+
+    def device_type(self) -> str:
+        value = (self.text("deviceType") or "").lower()
+        if value not in ("", "cpu", "gpu"):
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, "model-config.yaml: deviceType must be cpu or gpu")
+        return value
+
+    def cpus(self, key: str) -> float:
+        value = self.raw.get(key)
+        if value is None:
+            return 0.0
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise SluiceError(
+                ErrorCode.INVALID_ARGUMENT, f"model-config.yaml: {key} must be a positive number"
+            )
+        return float(value)
+
+    def memory(self, key: str) -> int:
+        value = self.raw.get(key)
+        if value is None:
+            return 0
+        try:
+            size = (
+                value if isinstance(value, int) and not isinstance(value, bool) else parse_bytes(str(value))
+            )
+        except ValueError as exc:
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"model-config.yaml: {key}: {exc}") from None
+        if size <= 0:
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"model-config.yaml: {key} must be positive")
+        return size
 
     def batch_policy(self) -> BatchPolicy:
         value = self.text("batchPolicy")

@@ -57,7 +57,6 @@ def server_defaults(settings: ManagerSettings) -> ServerDefaults:
         default_startup_timeout_s=settings.default_startup_timeout_s,
         service_envelope=settings.service_envelope,
         default_service_handler=settings.default_service_handler,
-        number_of_gpu=settings.number_of_gpu,
     )
 
 

@@ -8,7 +8,7 @@ delay at the version's ``max_retry_timeout_s``). The reconciler (I/O) observes a
 import enum
 from dataclasses import dataclass
 
-from sluice_manager.supervision.launchers.legacy_base import ProcessState
+from sluice_manager.supervision.launchers.base import RunState
 
 # TorchServe's WorkerThread.BACK_OFF, in seconds.
 BACKOFF_S = (0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597)
@@ -28,9 +28,13 @@ class ObservedWorker:
     worker_id: str
     # Run (started or adopted) by this manager's launcher: it can be signalled.
     owned: bool
-    process: ProcessState
+    # What the launcher says of it (None: not one of the launcher's).
+    state: RunState | None
     phase: Phase
     heartbeat: bool
+    # It announced READY at some point of this launch. Peers delete the record of a worker whose
+    # heartbeat lapsed, so the phase alone cannot tell a hung worker from one still loading.
+    was_ready: bool = False
     # For how long the heartbeat key has been seen missing (0 while it exists).
     heartbeat_missing_s: float = 0.0
     # Since launch (owned) or since the worker's own start time (not owned).
@@ -119,13 +123,13 @@ class _Verdict(enum.Enum):
 def _classify(worker: ObservedWorker, desired: Desired, timing: Timing) -> _Verdict:
     if not worker.owned:
         return _classify_unowned(worker, desired, timing)
-    if worker.process is ProcessState.EXITED:
+    if worker.state is RunState.EXITED:
         return _Verdict.FORGET
     if worker.stopping_s is not None:
         return _Verdict.KILL if worker.stopping_s >= timing.stop_timeout_s else _Verdict.IGNORE
     if worker.phase is Phase.UNLOADING:
         return _Verdict.IGNORE
-    if worker.phase is Phase.READY:
+    if worker.phase is Phase.READY or worker.was_ready:
         hung = not worker.heartbeat and worker.heartbeat_missing_s >= timing.heartbeat_grace_s
         return _Verdict.KILL if hung else _Verdict.COUNT
     # Still loading its handler.

@@ -1,22 +1,29 @@
 """The reconcile loop: observe each model version (Redis + launcher), ask :func:`policy.decide`, apply.
 
 Runs every ``reconcile_interval_s`` and at once when woken (a worker exited, a model was registered or
-scaled). Only the manager holding the lease reconciles.
+scaled). Only the manager holding the lease reconciles. Exits reach it as events from the launcher
+(:meth:`Reconciler.follow_exits`); a pass that sees an exit first handles it the same way.
 """
 
 import asyncio
-import itertools
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
-from sluice import registry
 from sluice.log import get_logger
-from sluice.records import WorkerRecord, WorkerStatus
+from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
 
-from sluice_manager.supervision.launchers.legacy_base import Launcher, LaunchRecord, ProcessState, WorkerSpec
+from sluice_manager.supervision.launchers.base import (
+    ContainerLimits,
+    Launcher,
+    LaunchRecord,
+    Placement,
+    RunState,
+    WorkerExit,
+    WorkerSpec,
+)
+from sluice_manager.supervision.placement import place
 from sluice_manager.supervision.policy import (
     Actions,
     Desired,
@@ -36,39 +43,35 @@ _PHASES = {
     WorkerStatus.READY: Phase.READY,
     WorkerStatus.UNLOADING: Phase.UNLOADING,
 }
+VersionKey = tuple[str, str]
 
 
 @dataclass(frozen=True)
 class ReconcilerConfig:
     timing: Timing
     reconcile_interval_s: float = 1.0
-    # CPU cores shared by the local workers (torch threads per worker = cores // local workers).
-    cpu_count: int = 1
-    number_of_gpu: int = 0
+    # Limits of a worker container when its model-config.yaml sets none (0: no limit).
+    default_limits: ContainerLimits = field(default_factory=ContainerLimits)
 
 
 class Reconciler:
     def __init__(
         self,
-        redis: "aioredis.Redis",
+        store: WorkerStateStore,
         launcher: Launcher,
         config: ReconcilerConfig,
         *,
-        host: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store = WorkerStateStore(redis)
-        self.redis = redis
+        self.store = store
         self.launcher = launcher
         self.config = config
-        self.host = host
         self.clock = clock
         self._wake = asyncio.Event()
         self._heartbeat_missing_since: dict[str, float] = {}
-        self._gpu_turn = itertools.count()
-        self._waiting_logged: set[tuple[str, str]] = set()
-        # One reconcile pass or one exit report at a time: an exit seen while a worker is being
-        # started must find its launch record, and a pass must not act on a half-applied exit.
+        self._waiting_logged: set[VersionKey] = set()
+        # One reconcile pass or one exit at a time: an exit seen while a worker is being started
+        # must find its launch record, and a pass must not act on a half-applied exit.
         self._lock = asyncio.Lock()
 
     def wake(self) -> None:
@@ -87,61 +90,68 @@ class Reconciler:
                 log.exception("reconcile failed")
             await wait_any(stop, self._wake, timeout_s=self.config.reconcile_interval_s)
 
+    async def follow_exits(self) -> None:
+        """Handle each exit the launcher reports, until cancelled."""
+        async for ended in self.launcher.exits():
+            try:
+                await self.on_worker_exit(ended)
+            except RedisError as exc:
+                # The next pass sees the worker exited and handles it then.
+                log.warning("redis unavailable; worker exit left to the next pass", error=str(exc))
+            except Exception:
+                log.exception("worker exit handling failed", worker=ended.worker_id)
+
     async def adopt(self) -> None:
-        """Take over the workers a previous manager started on this host, and clean up after those that
-        died meanwhile, so that a restart neither duplicates nor orphans workers."""
+        """Take over the workers a previous manager started, and clean up after those that died
+        meanwhile, so that a restart neither duplicates nor orphans workers."""
         launched = await self.store.launched()
-        for record in launched.values():
-            if self.launcher.adopt(record):
-                continue
-            if record.host == self.host and record.launcher == self.launcher.name:
+        mine = [record for record in launched.values() if record.launcher == self.launcher.name]
+        adopted = {record.worker_id for record in await self.launcher.adopt(mine)}
+        for record in mine:
+            if record.worker_id not in adopted:
                 log.info("worker gone while no manager ran", model=record.model_name, version=record.version,
                          worker=record.worker_id)  # fmt: skip
                 await self.store.forget_worker(record.model_name, record.version, record.worker_id)
-        await self._adopt_unrecorded(set(launched))
+        if self.launcher.can_start:
+            await self._adopt_unrecorded(set(launched))
 
     async def _adopt_unrecorded(self, known: set[str]) -> None:
-        """Workers that announced themselves on this host but have no launch record: the manager died
-        between spawning one and recording it."""
-        if not self.launcher.can_start:
-            return
-        for (model, version), _ in (await self.store.registered_versions()).items():
+        """Workers that run without a launch record (a manager died between starting one and
+        recording it): those the launcher sees itself (containers by their labels), and local ones
+        that announced themselves. Adopted, they are reconciled like any other (a worker of a
+        version no longer registered is then stopped)."""
+        candidates = [record for record in await self.launcher.discover() if record.worker_id not in known]
+        seen = known | {record.worker_id for record in candidates}
+        host = (await self.launcher.capacity()).host
+        for model, version in await self.store.registered_versions():
             for worker_id, announced in (await self.store.announced(model, version)).items():
-                if worker_id in known or announced.record.host != self.host:
-                    continue
-                record = LaunchRecord(
-                    worker_id=worker_id,
-                    model_name=model,
-                    version=version,
-                    launcher=self.launcher.name,
-                    host=self.host,
-                    pid=announced.record.pid,
-                    started_unix_ms=announced.record.started_unix_ms,
-                )
-                if self.launcher.adopt(record):
-                    await self.store.put_launched(record)
+                if worker_id not in seen and announced.record.host == host:
+                    candidates.append(_announced_record(self.launcher.name, model, version, announced.record))
+        for record in await self.launcher.adopt(candidates):
+            await self.store.put_launched(record)
 
-    async def on_worker_exit(self, worker_id: str, exit_code: int | None) -> None:
-        """A worker process ended: drop its records at once (its jobs get reclaimed quickly) and count
-        an unexpected exit toward the restart backoff."""
+    async def on_worker_exit(self, ended: WorkerExit) -> None:
+        """A worker ended: drop its records at once (its jobs get reclaimed quickly) and count an
+        unexpected exit toward the restart backoff."""
         async with self._lock:
-            await self._handle_exit(worker_id, exit_code)
+            await self._handle_exit(ended)
         self.wake()
 
-    async def _handle_exit(self, worker_id: str, exit_code: int | None) -> None:
+    async def _handle_exit(self, ended: WorkerExit) -> None:
+        worker_id = ended.worker_id
         record = await self.store.launched_one(worker_id)
-        self.launcher.forget(worker_id)
+        await self.launcher.release(worker_id)
         self._heartbeat_missing_since.pop(worker_id, None)
         if record is None:
             return
         await self.store.forget_worker(record.model_name, record.version, worker_id)
         bound = log.bind(model=record.model_name, version=record.version, worker=worker_id)
         if record.stop_requested_unix_ms:
-            bound.info("worker stopped", exit_code=exit_code)
+            bound.info("worker stopped", exit_code=ended.exit_code)
         else:
             streak = await self.store.record_failure(record.model_name, record.version)
-            bound.warning("worker exited unexpectedly", exit_code=exit_code, failures=streak.failures,
-                          log_file=record.log_path)  # fmt: skip
+            bound.warning("worker exited unexpectedly", exit_code=ended.exit_code, reason=ended.reason,
+                          failures=streak.failures, **record.details)  # fmt: skip
 
     async def reconcile_once(self) -> None:
         async with self._lock:
@@ -150,24 +160,30 @@ class Reconciler:
     async def _reconcile_all(self) -> None:
         versions = await self.store.registered_versions()
         launched = await self.store.launched()
-        by_version: dict[tuple[str, str], list[LaunchRecord]] = {}
+        states = await self.launcher.states()
+        by_version: dict[VersionKey, list[LaunchRecord]] = {}
         for record in launched.values():
             by_version.setdefault((record.model_name, record.version), []).append(record)
-        local_workers = sum(v.record.min_workers for v in versions.values() if v.active)
+        planned = sum(v.record.min_workers for v in versions.values() if v.active)
         for key in sorted(set(versions) | set(by_version)):
-            await self._reconcile_version(key, versions.get(key), by_version.get(key, []), local_workers)
+            await self._reconcile_version(
+                key, versions.get(key), by_version.get(key, []), states, planned, list(launched.values())
+            )
 
     async def _reconcile_version(
         self,
-        key: tuple[str, str],
+        key: VersionKey,
         registered: RegisteredVersion | None,
         launched: list[LaunchRecord],
-        local_workers: int,
+        states: dict[str, RunState],
+        planned: int,
+        everywhere: list[LaunchRecord],
     ) -> None:
         model, version = key
         announced = await self.store.announced(model, version)
+        launched = await self._note_ready(launched, announced)
         busy = await self.store.busy_workers(model, version)
-        observed = self._observe(launched, announced, busy)
+        observed = self._observe(launched, announced, busy, states)
         streak = await self.store.restart_streak(model, version)
         if registered is None:
             desired = Desired(0, 0, startup_timeout_s=0, active=False)
@@ -180,14 +196,34 @@ class Reconciler:
             delay_s = restart_delay_s(streak.failures, record.max_retry_timeout_s)
             wait_s = streak.last_failure_unix_ms / 1000 + delay_s - self.clock() if streak.failures else 0.0
         actions = decide(desired, observed, self.config.timing, wait_s)
-        await self._apply(model, version, actions, observed, local_workers)
+        await self._apply(
+            key, actions, observed, registered.record if registered else None, planned, everywhere
+        )
         if streak.failures and any(w.owned and w.phase is Phase.READY and w.heartbeat for w in observed):
             await self.store.clear_streak(model, version)
 
+    async def _note_ready(
+        self, launched: list[LaunchRecord], announced: dict[str, AnnouncedWorker]
+    ) -> list[LaunchRecord]:
+        """Stamp the launch record of each worker seen READY for the first time: once its heartbeat
+        lapses a peer deletes its own record, and the stamp still tells a hung worker from one that
+        is loading."""
+        noted: list[LaunchRecord] = []
+        for record in launched:
+            seen = announced.get(record.worker_id)
+            if not record.ready_unix_ms and seen is not None and seen.record.status is WorkerStatus.READY:
+                record = record.model_copy(update={"ready_unix_ms": int(self.clock() * 1000)})
+                await self.store.put_launched(record)
+            noted.append(record)
+        return noted
+
     def _observe(
-        self, launched: list[LaunchRecord], announced: dict[str, AnnouncedWorker], busy: set[str]
+        self,
+        launched: list[LaunchRecord],
+        announced: dict[str, AnnouncedWorker],
+        busy: set[str],
+        states: dict[str, RunState],
     ) -> list[ObservedWorker]:
-        states = self.launcher.list()
         by_id = {record.worker_id: record for record in launched}
         now = self.clock()
         observed: list[ObservedWorker] = []
@@ -196,14 +232,18 @@ class Reconciler:
             seen = announced.get(worker_id)
             phase = _PHASES.get(seen.record.status, Phase.NONE) if seen else Phase.NONE
             heartbeat = seen.heartbeat if seen else False
+            was_ready = phase is Phase.READY or (launch is not None and launch.ready_unix_ms > 0)
             observed.append(
                 ObservedWorker(
                     worker_id=worker_id,
                     owned=worker_id in states,
-                    process=states.get(worker_id, ProcessState.UNKNOWN),
+                    state=states.get(worker_id),
                     phase=phase,
                     heartbeat=heartbeat,
-                    heartbeat_missing_s=self._missing_for(worker_id, seen is not None and not heartbeat, now),
+                    was_ready=was_ready,
+                    heartbeat_missing_s=self._missing_for(
+                        worker_id, not heartbeat and (seen is not None or was_ready), now
+                    ),
                     age_s=now - _started_unix_ms(launch, seen.record if seen else None) / 1000,
                     stopping_s=now - launch.stop_requested_unix_ms / 1000
                     if launch and launch.stop_requested_unix_ms
@@ -220,20 +260,26 @@ class Reconciler:
         return now - self._heartbeat_missing_since.setdefault(worker_id, now)
 
     async def _apply(
-        self, model: str, version: str, actions: Actions, observed: list[ObservedWorker], local_workers: int
+        self,
+        key: VersionKey,
+        actions: Actions,
+        observed: list[ObservedWorker],
+        record: VersionRecord | None,
+        planned: int,
+        everywhere: list[LaunchRecord],
     ) -> None:
+        model, version = key
         bound = log.bind(model=model, version=version)
         owned = {w.worker_id for w in observed if w.owned}
         for worker_id in actions.forget:
             if worker_id in owned:
-                # Our process exited and this pass saw it before the launcher's exit callback ran:
-                # handle it as the callback would, so that a crash counts toward the restart backoff
-                # whichever comes first (the callback then finds nothing left to do).
-                await self._handle_exit(worker_id, None)
+                # The worker exited and this pass saw it before the exit event was handled: handle it
+                # as the event would, so that a crash counts toward the restart backoff whichever
+                # comes first (the event then finds nothing left to do).
+                await self._handle_exit(WorkerExit(worker_id, None))
                 continue
             bound.info("worker gone; records removed", worker=worker_id)
             await self.store.forget_worker(model, version, worker_id)
-            self.launcher.forget(worker_id)
             self._heartbeat_missing_since.pop(worker_id, None)
         for worker_id in actions.kill:
             if worker_id in owned:
@@ -241,8 +287,8 @@ class Reconciler:
                 await self.launcher.stop(worker_id, graceful=False)
         for worker_id in actions.stop:
             await self._request_stop(worker_id)
-        if actions.start:
-            await self._start(model, version, actions.start, local_workers)
+        if actions.start and record is not None:
+            await self._start(record, actions.start, planned, everywhere)
 
     async def _request_stop(self, worker_id: str) -> None:
         record = await self.store.launched_one(worker_id)
@@ -252,7 +298,10 @@ class Reconciler:
             log.info("stopping worker", model=record.model_name, version=record.version, worker=worker_id)
         await self.launcher.stop(worker_id, graceful=True)
 
-    async def _start(self, model: str, version: str, count: int, local_workers: int) -> None:
+    async def _start(
+        self, record: VersionRecord, count: int, planned: int, everywhere: list[LaunchRecord]
+    ) -> None:
+        model, version = record.model_name, record.version
         if not self.launcher.can_start:
             if (model, version) not in self._waiting_logged:
                 self._waiting_logged.add((model, version))
@@ -260,14 +309,21 @@ class Reconciler:
                     "waiting for externally started workers", model=model, version=version, missing=count
                 )
             return
-        record = await registry.get_version(self.redis, model, version)
-        threads = max(1, self.config.cpu_count // max(1, local_workers))
-        for _ in range(count):
-            worker_id = await registry.next_worker_id(self.redis)
-            gpu_id = None
-            if record is not None and record.device_type == "gpu" and self.config.number_of_gpu > 0:
-                gpu_id = next(self._gpu_turn) % self.config.number_of_gpu
-            spec = WorkerSpec(model, version, worker_id, torch_threads=threads, gpu_id=gpu_id)
+        capacity = await self.launcher.capacity()
+        placements = place(
+            capacity,
+            [launched.placement for launched in everywhere],
+            count,
+            device_type=record.device_type,
+            planned_workers=planned,
+        )
+        limits = ContainerLimits(
+            cpus=record.container_cpus or self.config.default_limits.cpus,
+            memory_bytes=record.container_memory_bytes or self.config.default_limits.memory_bytes,
+        )
+        for placement in placements:
+            worker_id = await self.store.next_worker_id()
+            spec = WorkerSpec(model, version, worker_id, placement, limits)
             try:
                 launched = await self.launcher.start(spec)
             except OSError as exc:
@@ -275,11 +331,15 @@ class Reconciler:
                 await self.store.record_failure(model, version)
                 return
             await self.store.put_launched(launched)
+            everywhere.append(launched)
 
     async def shutdown(self, timeout_s: float) -> None:
-        """Stop every worker this manager runs: SIGTERM (they drain), wait up to ``timeout_s``, then
-        SIGKILL the stragglers."""
-        running = [wid for wid, state in self.launcher.list().items() if state is ProcessState.RUNNING]
+        """Stop every worker this manager runs, unless they outlive it (containers, which the next
+        manager adopts): SIGTERM (they drain), wait up to ``timeout_s``, then SIGKILL the stragglers."""
+        if self.launcher.workers_outlive_manager:
+            return
+        states = await self.launcher.states()
+        running = [worker_id for worker_id, state in states.items() if state is RunState.RUNNING]
         async with self._lock:
             for worker_id in running:
                 try:
@@ -287,8 +347,9 @@ class Reconciler:
                 except RedisError:
                     await self.launcher.stop(worker_id, graceful=True)
         if not await self._all_exited(running, timeout_s):
+            states = await self.launcher.states()
             for worker_id in running:
-                if self.launcher.list().get(worker_id) is ProcessState.RUNNING:
+                if states.get(worker_id) is RunState.RUNNING:
                     log.warning("worker did not stop in time; killing it", worker=worker_id)
                     await self.launcher.stop(worker_id, graceful=False)
             await self._all_exited(running, 5.0)
@@ -296,11 +357,24 @@ class Reconciler:
     async def _all_exited(self, worker_ids: list[str], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            states = self.launcher.list()
-            if all(states.get(wid) is not ProcessState.RUNNING for wid in worker_ids):
+            states = await self.launcher.states()
+            if all(states.get(wid) is not RunState.RUNNING for wid in worker_ids):
                 return True
             await asyncio.sleep(0.05)
         return False
+
+
+def _announced_record(launcher: str, model: str, version: str, worker: WorkerRecord) -> LaunchRecord:
+    """A launch record for a local worker known only from its announcement (its pid and host)."""
+    return LaunchRecord(
+        worker_id=worker.worker_id,
+        model_name=model,
+        version=version,
+        launcher=launcher,
+        handle=str(worker.pid),
+        placement=Placement(host=worker.host),
+        started_unix_ms=worker.started_unix_ms,
+    )
 
 
 def _started_unix_ms(launch: LaunchRecord | None, worker: WorkerRecord | None) -> int:

@@ -13,7 +13,7 @@ from sluice import keys, registry
 from sluice.log import get_logger
 from sluice.records import VersionRecord, VersionState, WorkerRecord
 
-from sluice_manager.supervision.launchers.legacy_base import LaunchRecord
+from sluice_manager.supervision.launchers.base import LaunchRecord
 
 log = get_logger(__name__)
 
@@ -142,6 +142,9 @@ class WorkerStateStore:
         )
         await self.redis.hset(keys.RESTARTS, _streak_field(model, version), updated.model_dump_json())
         return updated
+
+    async def next_worker_id(self) -> str:
+        return await registry.next_worker_id(self.redis)
 
     async def clear_streak(self, model: str, version: str) -> None:
         await self.redis.hdel(keys.RESTARTS, _streak_field(model, version))

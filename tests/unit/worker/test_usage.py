@@ -1,0 +1,45 @@
+"""What a worker reports of its use with each heartbeat, CUDA paths included (chosen by configuration:
+no GPU is needed)."""
+
+from sluice.records import WorkerRecord, WorkerStatus
+from sluice_worker.device import choose_device
+from sluice_worker.usage import MIB, usage_refresher
+
+RECORD = WorkerRecord(worker_id="9000", pid=1, host="h", status=WorkerStatus.READY, started_unix_ms=0)
+
+
+class FakeGpu:
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def utilization(self, device: int) -> int:
+        self.asked.append(device)
+        return 37
+
+    def memory_reserved(self, device: int) -> int:
+        return 1536 * MIB
+
+
+def test_a_cpu_worker_reports_its_memory_only() -> None:
+    gpu = FakeGpu()
+    refreshed = usage_refresher(choose_device(None, 0), gpu, rss=lambda: 123)(RECORD)
+    assert refreshed.memory_bytes == 123
+    assert (refreshed.gpu_id, refreshed.gpu_utilization_percent, refreshed.gpu_memory_used_mib) == (
+        None,
+        0.0,
+        0.0,
+    )
+    assert gpu.asked == []
+
+
+def test_a_cuda_worker_reports_its_gpu() -> None:
+    gpu = FakeGpu()
+    refreshed = usage_refresher(choose_device(1, cuda_device_count=2), gpu, rss=lambda: 5)(RECORD)
+    assert (refreshed.memory_bytes, refreshed.gpu_id) == (5, 1)
+    assert (refreshed.gpu_utilization_percent, refreshed.gpu_memory_used_mib) == (37.0, 1536.0)
+    assert gpu.asked == [1]
+
+
+def test_a_gpu_request_on_a_machine_without_cuda_reports_no_gpu() -> None:
+    refreshed = usage_refresher(choose_device(0, cuda_device_count=0), FakeGpu(), rss=lambda: 5)(RECORD)
+    assert refreshed.gpu_id is None
