@@ -22,6 +22,7 @@ from sluice.redis_url import redacted
 from sluice_manager.api.management_api import ApiSeams, ManagementApi
 from sluice_manager.api.security import ManagerSecurity, manager_security, warn_exposure
 from sluice_manager.models.archives import ExtractionLimits
+from sluice_manager.models.artifact_server import ArtifactServer
 from sluice_manager.models.control_plane import ControlPlane, ControlPlaneConfig
 from sluice_manager.models.load_models import startup_specs
 from sluice_manager.models.startup import load_startup_models, remove_unused_model_dirs
@@ -108,6 +109,7 @@ class Manager:
             seams=api_seams or self.security.seams,
             measure_usage=self._usage,
         )
+        self.artifacts = ArtifactServer(self.redis, settings.artifact_address, settings.artifact_url)
         self._api_started = False
 
     def wake(self) -> None:
@@ -184,6 +186,12 @@ class Manager:
             await self.api.start()
         except (OSError, RuntimeError) as exc:
             raise ConfigError(f"cannot serve the management API: {exc}") from None
+        try:
+            await self.artifacts.start()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve model artifacts on {self.settings.artifact_address}: {exc}"
+            ) from None
 
     async def _prepare_keys(self) -> None:
         try:
@@ -236,6 +244,7 @@ class Manager:
     async def _shutdown(self) -> None:
         if self._api_started:
             await _bounded("stop the management API", self.api.stop(API_GRACE_S), API_GRACE_S + 35.0)
+            await _bounded("stop the artifact endpoint", self.artifacts.stop(API_GRACE_S), API_GRACE_S + 5.0)
         if self.reconciler is not None:
             await self.reconciler.shutdown(self.settings.worker_stop_timeout_s)
         if self._exits is not None:

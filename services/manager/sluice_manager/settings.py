@@ -66,6 +66,8 @@ class ManagerSettings(AuthSettings):
         "sluice_docker_network": "docker_network",
         "sluice_docker_model_cache_volume": "docker_model_cache_volume",
         "sluice_docker_read_only_root": "docker_read_only_root",
+        "sluice_artifact_address": "artifact_address",
+        "sluice_artifact_url": "artifact_url",
         "sluice_worker_python": "worker_python",
         "sluice_worker_module": "worker_module",
         "sluice_worker_standby": "worker_standby",
@@ -140,6 +142,11 @@ class ManagerSettings(AuthSettings):
     # 0 / "": none.
     worker_cpus: NonNegativeFloat = 0.0
     worker_memory: str = ""
+    # Where the artifact endpoint listens (workers that do not see the models folder fetch models
+    # there: sluice_manager.models.artifact_server; port 0: any free port, which Redis advertises),
+    # and the URL workers are told ("" derives it from the address).
+    artifact_address: Annotated[str, Bounds(pattern=r"http://.+")] = "http://127.0.0.1:0"
+    artifact_url: str = ""
     # How the process launcher starts a worker: <worker_python> -m <worker_module> --model-name ...
     worker_python: str = sys.executable
     worker_module: str = "sluice_worker"

@@ -84,6 +84,10 @@ LAUNCHED_WORKERS = f"{PREFIX}:manager:launched"
 RESTARTS = f"{PREFIX}:manager:restarts"
 # The id labelling this cluster's worker containers (see sluice_manager.supervision.cluster).
 CLUSTER_ID = f"{PREFIX}:manager:cluster-id"
+# Where workers fetch model artifacts (the lease-holding manager's artifact endpoint), and the
+# bearer token that endpoint wants (made by the first manager; workers read it here).
+ARTIFACT_URL = f"{PREFIX}:manager:artifact-url"
+ARTIFACT_TOKEN = f"{PREFIX}:manager:artifact-token"
 # The manager's startup report (records.StartupReport); `sluice start` waits on it.
 STARTUP_REPORT = f"{PREFIX}:manager:startup"
 

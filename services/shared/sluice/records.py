@@ -35,6 +35,9 @@ class VersionRecord(Checked):
     model_url: str
     model_dir: str
     handler: str
+    # SHA-256 of the folder's artifact tar (sluice.model_artifact): how a worker that does not see
+    # model_dir fetches and checks it. "" for versions registered before artifacts existed.
+    artifact_sha256: str = ""
     runtime: str = "python"
     envelope: str = ""
     batch_size: int = 1

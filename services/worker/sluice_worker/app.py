@@ -2,6 +2,7 @@
 serve -> withdraw. Returns the process exit code (see :class:`sluice_worker.exit_codes.ExitCode`)."""
 
 import asyncio
+import dataclasses
 import gc
 import os
 import signal
@@ -21,6 +22,7 @@ from sluice_worker import device, runtime
 from sluice_worker.batch_policy import Batching
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.job_queue import JobQueue
+from sluice_worker.model_fetch import FetchError, model_folder
 from sluice_worker.presence import Presence
 from sluice_worker.reclaim import Reclaimer
 from sluice_worker.redis_retry import until_done
@@ -105,6 +107,12 @@ async def _start(
         worker_id = await until_done(lambda: registry.next_worker_id(redis), "worker id")
     structlog.contextvars.bind_contextvars(worker=worker_id)
 
+    try:
+        folder = await model_folder(record, redis, settings.model_cache_path, record.startup_timeout_s)
+    except FetchError as exc:
+        log.error("cannot get the model's files", error=str(exc))
+        return ExitCode.LOAD_FAILED
+    record = dataclasses.replace(record, model_dir=str(folder))
     try:
         enter_model_dir(record.model_dir, record.handler)
     except OSError as exc:

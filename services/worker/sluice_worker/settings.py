@@ -7,6 +7,7 @@ max deliveries) is not here: it comes from the version's record in Redis, writte
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from sluice import names
@@ -39,6 +40,10 @@ class WorkerSettings(CommonSettings):
     record_wait_s: NonNegativeFloat = 120.0
     # TorchServe's key: REST bodies sent as application/json or text/* reach handlers decoded.
     decode_input_request: bool = True
+    # Where models fetched from the manager are kept, one folder per artifact digest, shared by the
+    # workers of this host ("" : <SLUICE_HOME>/model-cache; containers get a volume here).
+    model_cache_dir: str = ""
+    home: Path = Path("var")
 
     def check(self) -> None:
         # These end up inside Redis keys and log lines.
@@ -48,6 +53,10 @@ class WorkerSettings(CommonSettings):
                 raise InvalidValue(name, f"not a valid name: {value!r}")
         if self.heartbeat_ttl_s <= self.heartbeat_interval_s:
             raise InvalidValue("", "heartbeat_ttl_s must exceed heartbeat_interval_s")
+
+    @property
+    def model_cache_path(self) -> Path:
+        return Path(self.model_cache_dir) if self.model_cache_dir else (self.home / "model-cache").absolute()
 
     @property
     def heartbeat_ttl_ms(self) -> int:

@@ -8,6 +8,7 @@ points to and finishes without registering twice.
 """
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import time
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis.asyncio as aioredis
-from sluice import keys, registry
+from sluice import keys, model_artifact, registry
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.records import VersionRecord, event
@@ -49,17 +50,20 @@ def describe_archive(
     config: RegistrationConfig,
     now_unix_ms: int,
 ) -> VersionRecord:
-    """The version record of the archive unpacked in ``model_dir`` (blocking: run it in a thread)."""
+    """The version record of the archive unpacked in ``model_dir``, with its artifact digest
+    (blocking: run it in a thread)."""
     archive = archives.printable(options.url)
     contents = read_archive(model_dir, archive)
     handler = options.handler or contents.manifest.model.handler or config.defaults.default_service_handler
     if not handler:
         raise archives.ArchiveError(archive, "the manifest names no handler")
     check_handler(handler, model_dir, archive)
-    return build_record(
+    record = build_record(
         options, contents, config.models_json, config.defaults,
         model_dir=str(model_dir), handler=handler, now_unix_ms=now_unix_ms,
     )  # fmt: skip
+    # Workers that do not see this folder fetch it by this digest (sluice.model_artifact).
+    return dataclasses.replace(record, artifact_sha256=model_artifact.digest(model_dir))
 
 
 def already_registered(record: VersionRecord) -> SluiceError:
