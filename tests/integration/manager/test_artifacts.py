@@ -38,6 +38,12 @@ async def served(redis_client: "aioredis.Redis", tmp_path: Path) -> AsyncIterato
     await server.stop(1.0)
 
 
+async def text(redis: "aioredis.Redis", key: str) -> str:
+    raw = await redis.get(key)
+    assert isinstance(raw, bytes)
+    return raw.decode()
+
+
 def elsewhere(record: VersionRecord) -> VersionRecord:
     """The record as a worker on another host sees it: the manager's folder is not there."""
     return dataclasses.replace(record, model_dir="/nonexistent/manager-models/abc")
@@ -85,12 +91,12 @@ async def test_content_that_does_not_match_the_digest_is_refused(
 
 
 async def test_the_endpoint_wants_the_token(served: VersionRecord, redis_client: "aioredis.Redis") -> None:
-    url = (await redis_client.get(keys.ARTIFACT_URL) or b"").decode()
+    url = await text(redis_client, keys.ARTIFACT_URL)
     async with aiohttp.ClientSession() as session:
         for headers in ({}, {"Authorization": "Bearer wrong"}):
             async with session.get(f"{url}/artifacts/echo/1.0", headers=headers) as response:
                 assert response.status == 401
-        token = (await redis_client.get(keys.ARTIFACT_TOKEN) or b"").decode()
+        token = await text(redis_client, keys.ARTIFACT_TOKEN)
         async with session.get(
             f"{url}/artifacts/echo/9.9", headers={"Authorization": f"Bearer {token}"}
         ) as response:
