@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import redis
 import tritonclient.http as httpclient
-from sluice import keys, registry
+from sluice import keys
 from sluice.records import StartupReport, VersionRecord
+from sluice.registry_store import RegistryStore
 from sluice.v2_declaration import parse_model_tensors
 from tritonclient.utils import InferenceServerException
 
@@ -67,7 +68,7 @@ def _register(redis_url: str, root: Path) -> None:
 
         client = aioredis.Redis.from_url(redis_url)
         try:
-            await registry.put_version(client, record, make_default=True)
+            await RegistryStore(client).add(record, make_default=True)
             report = StartupReport(
                 manager_pid=os.getpid(), started_unix_ms=int(time.time() * 1000), done=True
             )

@@ -28,13 +28,13 @@ from sluice_manager.models.load_models import startup_specs
 from sluice_manager.models.startup import load_startup_models, remove_unused_model_dirs
 from sluice_manager.models.version_config import ServerDefaults, parse_models_json
 from sluice_manager.settings import ManagerSettings
+from sluice_manager.stores import Stores
 from sluice_manager.supervision.cluster import cluster_id
 from sluice_manager.supervision.launchers.base import ContainerLimits, Launcher, LaunchRecord, Usage
 from sluice_manager.supervision.launchers.registry import LauncherContext, build_launcher
 from sluice_manager.supervision.lease import ManagerLease
 from sluice_manager.supervision.policy import Timing
 from sluice_manager.supervision.reconciler import Reconciler, ReconcilerConfig
-from sluice_manager.supervision.worker_state import WorkerStateStore
 from sluice_manager.waiting import finish, wait_any
 
 log = get_logger(__name__)
@@ -96,7 +96,8 @@ class Manager:
         self.launcher: Launcher | None = None
         self.reconciler: Reconciler | None = None
         self._exits: asyncio.Task[None] | None = None
-        self.control = ControlPlane(self.redis, control_config(settings), wake=self.wake, host=self.host)
+        self.stores = Stores.on(self.redis)
+        self.control = ControlPlane(self.stores, control_config(settings), wake=self.wake, host=self.host)
         self.lease = ManagerLease(self.redis, host=self.host, pid=os.getpid(), ttl_s=settings.lease_ttl_s)
         # Tests that pass their own seams get no token authorization (and no key file).
         self.security = ManagerSecurity() if api_seams is not None else manager_security(settings, self.redis)
@@ -214,7 +215,7 @@ class Manager:
         except OSError as exc:
             raise ConfigError(f"cannot use the {self.settings.launcher} launcher: {exc}") from None
         self.launcher = launcher
-        self.reconciler = Reconciler(WorkerStateStore(self.redis), launcher, reconciler_config(self.settings))
+        self.reconciler = Reconciler(self.stores.workers, launcher, reconciler_config(self.settings))
         # Exits are handled until the end of shutdown, which stops (and so sees the exit of) workers.
         self._exits = asyncio.create_task(self.reconciler.follow_exits(), name="worker-exits")
 

@@ -1,14 +1,14 @@
-"""Reading and writing the model registry in Redis (the manager writes; gateways and workers read).
+"""Reading the model registry in Redis (gateways, workers and the manager; the manager writes it
+through :class:`sluice.registry_store.RegistryStore`).
 
 Version resolution is a pure function (:func:`choose_version`) so it can be tested without Redis.
 """
 
-import time
 from typing import TYPE_CHECKING
 
 from sluice import keys
 from sluice.errors import ErrorCode, SluiceError
-from sluice.records import VersionRecord, VersionState, WorkerRecord
+from sluice.records import VersionRecord, WorkerRecord
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -64,27 +64,6 @@ async def resolve_version(redis: "AnyRedis", model: str, requested: str) -> str:
 async def get_version(redis: "AnyRedis", model: str, version: str) -> VersionRecord | None:
     raw = await redis.hget(keys.version_config(model, version), RECORD_FIELD)
     return None if raw is None else VersionRecord.from_json(raw)
-
-
-async def put_version(redis: "aioredis.Redis", record: VersionRecord, *, make_default: bool) -> None:
-    """Store ``record`` as an active version (and the model's default if asked or if it has none)."""
-    model, version = record.model_name, record.version
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(
-            keys.version_config(model, version),
-            mapping={
-                RECORD_FIELD: record.to_json(),
-                "state": VersionState.ACTIVE.value,
-                "job_queue_size": record.job_queue_size,
-            },
-        )
-        pipe.hset(keys.model(model), f"{VERSION_FIELD_PREFIX}{version}", int(time.time() * 1000))
-        if make_default:
-            pipe.hset(keys.model(model), DEFAULT_FIELD, version)
-        else:
-            pipe.hsetnx(keys.model(model), DEFAULT_FIELD, version)
-        pipe.zadd(keys.MODELS, {model: 0})
-        await pipe.execute()
 
 
 async def live_workers(redis: "AnyRedis", model: str, version: str) -> list[WorkerRecord]:

@@ -7,8 +7,8 @@ from typing import Any
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from sluice import registry
 from sluice.records import VersionRecord
+from sluice.registry_store import RegistryStore
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
 from sluice_gateway.app import Gateway
 from sluice_gateway.settings import GatewaySettings
@@ -47,7 +47,7 @@ async def register(
     redis: "aioredis.Redis", model: str = "echo", version: str = "1.0", *, default: bool = True, **fields: Any
 ) -> VersionRecord:
     record = version_record(model, version, **fields)
-    await registry.put_version(redis, record, make_default=default)
+    await RegistryStore(redis).add(record, make_default=default)
     return record
 
 

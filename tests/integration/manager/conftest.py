@@ -15,6 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from sluice import registry
 from sluice.records import VersionRecord
+from sluice.registry_store import RegistryStore
 from sluice_manager.supervision.launchers.base import Launcher, RunState
 from sluice_manager.supervision.launchers.process import ProcessLauncher, find_process, worker_command
 from sluice_manager.supervision.policy import Timing
@@ -58,7 +59,7 @@ async def register(
         startup_timeout_s=startup_timeout_s,
         model_yaml_config={"fake": fake or {}},
     )
-    await registry.put_version(redis, record, make_default=False)
+    await RegistryStore(redis).add(record, make_default=False)
     return record
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys, model_artifact, registry
+from sluice import keys, model_artifact
 from sluice.records import VersionRecord
+from sluice.registry_store import RegistryStore
 from sluice_manager.models.artifact_server import ArtifactServer
 from sluice_worker.model_fetch import FetchError, model_folder
 
@@ -31,7 +32,7 @@ async def served(redis_client: "aioredis.Redis", tmp_path: Path) -> AsyncIterato
         handler="handler.py",
         artifact_sha256=model_artifact.digest(folder),
     )
-    await registry.put_version(redis_client, record, make_default=True)
+    await RegistryStore(redis_client).add(record, make_default=True)
     server = ArtifactServer(redis_client, "http://127.0.0.1:0", "")
     await server.start()
     yield record

@@ -16,6 +16,7 @@ from sluice_manager.models.control_plane import ControlPlane, ControlPlaneConfig
 from sluice_manager.models.removal import RemovalConfig, Remover
 from sluice_manager.models.startup import remove_unused_model_dirs
 from sluice_manager.models.version_config import RegisterOptions, ServerDefaults
+from sluice_manager.stores import Stores
 
 from tests.support.models import ECHO_HANDLER, echo_model, write_mar
 
@@ -59,7 +60,7 @@ def exists(path: str) -> bool:
 def control(redis_client: "aioredis.Redis", tmp_path: Path) -> ControlPlane:
     wakes: list[int] = []
     plane = ControlPlane(
-        redis_client,
+        Stores.on(redis_client),
         ControlPlaneConfig(
             model_store=tmp_path / "store",
             models_dir=tmp_path / "home" / "models",
@@ -128,7 +129,10 @@ async def test_refused_archive_leaves_no_state(
 
 async def test_no_model_store(redis_client: "aioredis.Redis", tmp_path: Path) -> None:
     plane = ControlPlane(
-        redis_client, ControlPlaneConfig(model_store=None, models_dir=tmp_path), wake=lambda: None, host="h"
+        Stores.on(redis_client),
+        ControlPlaneConfig(model_store=None, models_dir=tmp_path),
+        wake=lambda: None,
+        host="h",
     )
     with pytest.raises(SluiceError, match="No model store"):
         await plane.register(RegisterOptions(url="a.mar"))
@@ -140,7 +144,9 @@ async def test_versions_default_and_unregister(
     first = await control.register(RegisterOptions(url=archive(tmp_path, "default", version="1.0")))
     second = await control.register(RegisterOptions(url=archive(tmp_path, "tgz", version="2.0")))
     assert await registry.model_versions(redis_client, "echo") == ("1.0", {"1.0", "2.0"})
-    remover = Remover(redis_client, RemovalConfig(tmp_path / "home" / "models", unregister_timeout_s=5))
+    remover = Remover(
+        Stores.on(redis_client), RemovalConfig(tmp_path / "home" / "models", unregister_timeout_s=5)
+    )
 
     with pytest.raises(SluiceError, match="Cannot remove default version"):
         await remover.run("echo", "1.0")
@@ -165,7 +171,9 @@ async def test_unregister_marks_the_version_removing_first(
     # A worker record that never goes away: unregister waits (bounded), removes the keys anyway and
     # reports TorchServe's timeout.
     await redis_client.hset(keys.workers("echo", "2.0"), "9000", "{}")
-    remover = Remover(redis_client, RemovalConfig(tmp_path / "home" / "models", unregister_timeout_s=1))
+    remover = Remover(
+        Stores.on(redis_client), RemovalConfig(tmp_path / "home" / "models", unregister_timeout_s=1)
+    )
     running = asyncio.ensure_future(remover.run("echo", None))
     await asyncio.sleep(0.3)
     state = await redis_client.hget(keys.version_config("echo", "2.0"), "state")

@@ -29,6 +29,7 @@ from sluice_manager.operations.op_runner import OperationRunner, RunnerConfig
 from sluice_manager.operations.redis_lock import TokenLock, model_lock
 from sluice_manager.operations.store import OperationStore, OpKind, OpState
 from sluice_manager.settings import ManagerSettings
+from sluice_manager.stores import Stores
 
 from tests.integration.manager.conftest import Harness, StartHarness
 from tests.support.eventually import eventually
@@ -76,8 +77,9 @@ async def api(
         holder.tasks.add(task)
 
     service = ManagementService(
-        redis_client,
+        Stores.on(redis_client),
         ManagementConfig(host=socket.gethostname(), model_api_enabled=True, poll_interval_s=0.05),
+        ops=OperationStore(redis_client),
         submit=submit,
         describe_jobs=DescribeJobs(redis_client, redis_server.url),
         wake=harness.reconciler.wake,
@@ -159,8 +161,9 @@ async def test_register_errors(api: Api) -> None:
 
 async def test_model_api_switch(api: Api) -> None:
     disabled = ManagementService(
-        api.redis,
+        Stores.on(api.redis),
         ManagementConfig(host="h"),
+        ops=OperationStore(api.redis),
         submit=api.service._submit,
         describe_jobs=api.service._describe_jobs,
     )

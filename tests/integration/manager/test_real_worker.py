@@ -8,6 +8,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from sluice_manager.models.control_plane import ControlPlane, ControlPlaneConfig
 from sluice_manager.models.version_config import RegisterOptions
+from sluice_manager.stores import Stores
 from sluice_manager.supervision.worker_state import WorkerStateStore
 from sluice_worker.demo_model import write_archive
 
@@ -21,7 +22,7 @@ async def test_real_worker_serves_the_demo_model_and_is_replaced_when_killed(
     write_archive(tmp_path / "store")
     harness = await start_harness(module="sluice_worker", cpu_count=2)
     control = ControlPlane(
-        redis_client,
+        Stores.on(redis_client),
         ControlPlaneConfig(model_store=tmp_path / "store", models_dir=tmp_path / "models"),
         wake=harness.reconciler.wake,
         host="test",

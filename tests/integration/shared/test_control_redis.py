@@ -10,6 +10,7 @@ from sluice import registry
 from sluice.control_redis import ControlRedis
 from sluice.records import VersionRecord
 from sluice.redis_errors import RedisDown, ReplyError
+from sluice.registry_store import RegistryStore
 
 from tests.support.redis_server import RedisServer
 
@@ -41,7 +42,7 @@ async def test_the_shared_registry_reads_work_on_it(
     control: ControlRedis, redis_client: "aioredis.Redis"
 ) -> None:
     record = VersionRecord(model_name="m", version="1", model_url="m.mar", model_dir="/d", handler="h.py")
-    await registry.put_version(redis_client, record, make_default=True)
+    await RegistryStore(redis_client).add(record, make_default=True)
     assert await registry.model_versions(control, "m") == await registry.model_versions(redis_client, "m")
     assert await registry.get_version(control, "m", "1") == record
     assert await registry.live_workers(control, "m", "1") == []

@@ -15,9 +15,10 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
-from sluice import envelope, keys, registry
+from sluice import envelope, keys
 from sluice.envelope import Job, Reply, WireProtocol
 from sluice.records import VersionRecord, WorkerRecord
+from sluice.registry_store import RegistryStore
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
 from tests.support.models import ModelSpec, write_model_dir
@@ -45,7 +46,7 @@ async def register(client: "aioredis.Redis", spec: ModelSpec, root: Path, **fiel
         handler=spec.handler,
         **fields,
     )
-    await registry.put_version(client, record, make_default=True)
+    await RegistryStore(client).add(record, make_default=True)
     return record
 
 

@@ -15,11 +15,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
-from sluice import keys, names, registry
+from sluice import names
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.log import get_logger
-from sluice.records import VersionRecord, VersionState, event
+from sluice.records import VersionRecord
+from sluice.registry import choose_version
 from sluice.tasks import cancel_and_wait
 
 from sluice_manager.api.describe_job import DescribeJobs
@@ -33,11 +33,9 @@ from sluice_manager.api.version_views import (
     worker_counts,
 )
 from sluice_manager.models.fetch import URL_REQUIRED
-from sluice_manager.models.queued_jobs import fail_queued_jobs
 from sluice_manager.models.version_config import RegisterOptions
-from sluice_manager.operations.redis_lock import model_lock
 from sluice_manager.operations.store import Operation, OperationStore, OpKind
-from sluice_manager.supervision.worker_state import WorkerStateStore
+from sluice_manager.stores import Stores
 
 log = get_logger(__name__)
 
@@ -122,18 +120,19 @@ def failed_to_start(model: str, version: str) -> SluiceError:
 class ManagementService:
     def __init__(
         self,
-        redis: "aioredis.Redis",
+        stores: Stores,
         config: ManagementConfig,
         *,
         submit: Submit,
+        ops: OperationStore,
         describe_jobs: DescribeJobs,
         wake: Callable[[], None] = lambda: None,
         measure_usage: MeasureUsage = no_usage,
     ) -> None:
-        self.redis = redis
+        self.stores = stores
+        self.registry = stores.registry
         self.config = config
-        self.ops = OperationStore(redis)
-        self.workers = WorkerStateStore(redis)
+        self.ops = ops
         self._submit = submit
         self._describe_jobs = describe_jobs
         self._wake = wake
@@ -156,7 +155,7 @@ class ManagementService:
             return Status(op.message)
         if not request.synchronous:
             return Status(PROCESSING, 202)
-        record = await registry.get_version(self.redis, op.model_name, op.version)
+        record = await self.registry.get(op.model_name, op.version)
         if record is not None and await self._wait_for_workers(
             record, record.min_workers, record.max_workers
         ):
@@ -194,40 +193,35 @@ class ManagementService:
     async def _set_workers(self, model: str, version: str, low: int, high: int) -> VersionRecord:
         """Store the version's new worker range (the reconcile loop applies it) and reset its restart
         backoff, under the model's lock."""
-        async with model_lock(self.redis, model, wait_s=self.config.lock_wait_s):
+        async with self.stores.locks.hold(model, wait_s=self.config.lock_wait_s):
             record = await self._active_record(model, version)
             updated = dataclasses.replace(record, min_workers=low, max_workers=high)
-            await self.redis.hset(
-                keys.version_config(model, version), registry.RECORD_FIELD, updated.to_json()
-            )
-            await self.workers.clear_streak(model, version)
-            await self.redis.publish(keys.EVENTS_CHANNEL, event("scaled", model, version))
+            await self.stores.workers.clear_streak(model, version)
+            await self.registry.update(updated, "scaled")
         log.info("model scaled", model=model, version=version, min_workers=low, max_workers=high)
         return updated
 
     async def set_default(self, model: str, version: str) -> Status:
         names.check_model_name(model)
-        async with model_lock(self.redis, model, wait_s=self.config.lock_wait_s):
-            _, versions = await registry.model_versions(self.redis, model)
+        async with self.stores.locks.hold(model, wait_s=self.config.lock_wait_s):
+            _, versions = await self.registry.versions(model)
             if not versions:
                 raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {model}")
-            if version not in versions or not await self._is_active(model, version):
+            if version not in versions or not await self.registry.is_active(model, version):
                 raise SluiceError(
                     ErrorCode.VERSION_NOT_FOUND, f"Model version {version} does not exist for model {model}"
                 )
-            await self.redis.hset(keys.model(model), registry.DEFAULT_FIELD, version)
-            await self.redis.publish(keys.EVENTS_CHANNEL, event("default", model, version))
+            await self.registry.set_default(model, version)
         log.info("default version changed", model=model, version=version)
         return Status(f'Default version successfully updated for model "{model}" to "{version}"')
 
     async def list_models(self, limit: int, next_page_token: int) -> Json:
-        raw_names = await self.redis.zrange(keys.MODELS, 0, -1)
-        all_names = [name.decode() if isinstance(name, bytes) else str(name) for name in raw_names]
+        all_names = await self.registry.model_names()
         window = page(len(all_names), limit, next_page_token)
         entries: list[tuple[str, str]] = []
         for name in all_names[window.start : window.stop]:
-            default, _ = await registry.model_versions(self.redis, name)
-            record = None if default is None else await registry.get_version(self.redis, name, default)
+            default, _ = await self.registry.versions(name)
+            record = None if default is None else await self.registry.get(name, default)
             if record is not None:
                 entries.append((name, record.model_url))
         return model_list(entries, window.next_token)
@@ -242,20 +236,20 @@ class ManagementService:
         body: bytes = b"",
     ) -> list[Json]:
         names.check_model_name(model)
-        default, versions = await registry.model_versions(self.redis, model)
+        default, versions = await self.registry.versions(model)
         if version == ALL_VERSIONS:
             if not versions:
                 raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {model}")
             chosen = sorted(versions)
         else:
-            chosen = [registry.choose_version(model, version or "", default, versions)]
-        launched = await self.workers.launched()
+            chosen = [choose_version(model, version or "", default, versions)]
+        launched = await self.stores.workers.launched()
         entries: list[Json] = []
         for name in chosen:
-            record = await registry.get_version(self.redis, model, name)
+            record = await self.registry.get(model, name)
             if record is None:
                 continue
-            view = await version_view(self.redis, record, launched, self._measure_usage)
+            view = await version_view(self.stores, record, launched, self._measure_usage)
             extra = None
             if customized and version != ALL_VERSIONS:
                 extra = await self._describe_jobs.customized(record, headers or {}, body)
@@ -267,7 +261,7 @@ class ManagementService:
     async def model_ready(self, model: str) -> Json:
         """KServe v1 ``GET /v1/models/{m}``: ready when the default version has a READY worker."""
         chosen = await self._resolve(model, "")
-        return {"name": model, "ready": await ready_workers(self.redis, model, chosen) > 0}
+        return {"name": model, "ready": await ready_workers(self.stores.workers, model, chosen) > 0}
 
     async def aclose(self) -> None:
         for task in list(self._background):
@@ -276,16 +270,11 @@ class ManagementService:
 
     async def _resolve(self, model: str, version: str) -> str:
         names.check_model_name(model)
-        default, versions = await registry.model_versions(self.redis, model)
-        return registry.choose_version(model, version, default, versions)
-
-    async def _is_active(self, model: str, version: str) -> bool:
-        state = await self.redis.hget(keys.version_config(model, version), "state")
-        return state in (VersionState.ACTIVE.value, VersionState.ACTIVE.value.encode())
+        return await self.registry.resolve(model, version)
 
     async def _active_record(self, model: str, version: str) -> VersionRecord:
-        record = await registry.get_version(self.redis, model, version)
-        if record is None or not await self._is_active(model, version):
+        record = await self.registry.get_active(model, version)
+        if record is None:
             raise SluiceError(
                 ErrorCode.VERSION_NOT_FOUND, f"Model version: {version} does not exist for model: {model}"
             )
@@ -312,7 +301,7 @@ class ManagementService:
         model, version = record.model_name, record.version
         deadline = time.monotonic() + record.startup_timeout_s
         while True:
-            ready, total = await worker_counts(self.redis, model, version)
+            ready, total = await worker_counts(self.stores.workers, model, version)
             if ready >= low and total <= high:
                 return True
             if time.monotonic() >= deadline or await self._failing(model, version):
@@ -320,7 +309,7 @@ class ManagementService:
             await asyncio.sleep(self.config.poll_interval_s)
 
     async def _failing(self, model: str, version: str) -> bool:
-        streak = await self.workers.restart_streak(model, version)
+        streak = await self.stores.workers.restart_streak(model, version)
         return streak.failures >= self.config.failures_before_giving_up
 
     async def _remove_after_failed_start(self, model: str, version: str) -> None:
@@ -336,11 +325,11 @@ class ManagementService:
         model, version = record.model_name, record.version
         deadline = time.monotonic() + self.config.unregister_timeout_s
         while time.monotonic() < deadline:
-            if not await self.redis.hlen(keys.workers(model, version)):
-                current = await registry.get_version(self.redis, model, version)
+            if not await self.stores.workers.any_worker(model, version):
+                current = await self.registry.get(model, version)
                 if current is not None and current.max_workers == 0:
                     error = SluiceError(ErrorCode.NO_WORKER, no_worker_message(model))
-                    await fail_queued_jobs(self.redis, model, version, error)
+                    await self.stores.jobs.fail_all(model, version, error)
                 return
             await asyncio.sleep(self.config.poll_interval_s)
 

@@ -29,6 +29,7 @@ from sluice_manager.operations.store import OperationStore
 from sluice_manager.operations.task_client import TaskClient
 from sluice_manager.operations.task_process import TaskWorkerProcess
 from sluice_manager.settings import ManagerSettings
+from sluice_manager.stores import Stores
 from sluice_manager.supervision.registry_events import wake_on_events
 
 log = get_logger(__name__)
@@ -79,8 +80,9 @@ class ManagementApi:
             stop_timeout_s=settings.worker_stop_timeout_s,
         )
         self.service = ManagementService(
-            redis,
+            Stores.on(redis),
             management_config(settings, host),
+            ops=OperationStore(redis),
             submit=self.tasks.submit,
             describe_jobs=DescribeJobs(redis, settings.redis_url),
             wake=wake,

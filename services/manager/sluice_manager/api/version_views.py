@@ -10,11 +10,10 @@ workers on any host have one.
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-import redis.asyncio as aioredis
-from sluice import keys
 from sluice.records import VersionRecord, WorkerStatus
 
 from sluice_manager.api.model_views import VersionView, WorkerView
+from sluice_manager.stores import Stores
 from sluice_manager.supervision.launchers.base import CONTAINER, LaunchRecord, Usage
 from sluice_manager.supervision.worker_state import AnnouncedWorker, WorkerStateStore
 
@@ -73,28 +72,26 @@ def worker_views(
 
 
 async def version_view(
-    redis: "aioredis.Redis",
+    stores: Stores,
     record: VersionRecord,
     launched: Mapping[str, LaunchRecord],
     measure: MeasureUsage = no_usage,
 ) -> VersionView:
     model, version = record.model_name, record.version
-    store = WorkerStateStore(redis)
     mine = [r for r in launched.values() if (r.model_name, r.version) == (model, version)]
-    announced = await store.announced(model, version)
+    announced = await stores.workers.announced(model, version)
     usage = await measure(mine)
-    pending = int(await redis.xlen(keys.job_stream(model, version)))
+    pending = await stores.jobs.count(model, version)
     return VersionView(record, worker_views(mine, announced, usage), pending)
 
 
-async def worker_counts(redis: "aioredis.Redis", model: str, version: str) -> tuple[int, int]:
+async def worker_counts(store: WorkerStateStore, model: str, version: str) -> tuple[int, int]:
     """(READY workers not asked to stop, workers of the version still around in any state)."""
-    store = WorkerStateStore(redis)
     launched = [r for r in (await store.launched()).values() if (r.model_name, r.version) == (model, version)]
     views = worker_views(launched, await store.announced(model, version), {})
     return sum(1 for view in views if view.ready), len(views)
 
 
-async def ready_workers(redis: "aioredis.Redis", model: str, version: str) -> int:
+async def ready_workers(store: WorkerStateStore, model: str, version: str) -> int:
     """Workers of the version that are READY with a live heartbeat (and not draining)."""
-    return (await worker_counts(redis, model, version))[0]
+    return (await worker_counts(store, model, version))[0]

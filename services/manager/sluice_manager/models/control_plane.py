@@ -13,21 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import redis.asyncio as aioredis
-from sluice import keys, registry
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
-from sluice.records import VersionRecord, event
+from sluice.records import VersionRecord
 
 from sluice_manager.models import archives
-from sluice_manager.models.registration import (
-    RegistrationConfig,
-    already_registered,
-    describe_archive,
-    is_default,
-)
+from sluice_manager.models.registration import RegistrationConfig, commit, describe_archive
 from sluice_manager.models.version_config import ModelsJson, RegisterOptions, ServerDefaults
-from sluice_manager.operations.redis_lock import model_lock
+from sluice_manager.stores import Stores
 
 log = get_logger(__name__)
 
@@ -55,14 +48,14 @@ class ControlPlaneConfig:
 class ControlPlane:
     def __init__(
         self,
-        redis: "aioredis.Redis",
+        stores: Stores,
         config: ControlPlaneConfig,
         *,
         wake: Callable[[], None],
         host: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.redis = redis
+        self.stores = stores
         self.config = config
         self._wake = wake
         self._host = host
@@ -82,7 +75,9 @@ class ControlPlane:
             record = await asyncio.to_thread(
                 describe_archive, options, model_dir, self.config.registration(), now_ms
             )
-            kept = await self._commit(options, record)
+            kept = await commit(
+                self.stores, options, record, self.config.models_json, lock_wait_s=self.config.lock_wait_s
+            )
         except BaseException:
             archives.remove_model_dir(self.config.models_dir, model_dir)
             raise
@@ -95,17 +90,3 @@ class ControlPlane:
                  min_workers=record.min_workers, max_workers=record.max_workers)  # fmt: skip
         self._wake()
         return record
-
-    async def _commit(self, options: RegisterOptions, record: VersionRecord) -> VersionRecord | None:
-        """Write ``record``; at startup return the version already registered instead (None: written)."""
-        model = record.model_name
-        async with model_lock(self.redis, model, wait_s=self.config.lock_wait_s):
-            existing = await registry.get_version(self.redis, model, record.version)
-            if existing is not None:
-                if not options.at_startup:
-                    raise already_registered(record)
-                return existing
-            make_default = is_default(options, record, self.config.models_json)
-            await registry.put_version(self.redis, record, make_default=make_default)
-            await self.redis.publish(keys.EVENTS_CHANNEL, event("registered", model, record.version))
-        return None

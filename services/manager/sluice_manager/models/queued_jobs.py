@@ -27,6 +27,21 @@ def failure_reply(job_id: str, error: SluiceError) -> Reply:
     )
 
 
+class QueuedJobs:
+    """A version's job stream, as the manager sees it: how many jobs wait, and answering them."""
+
+    def __init__(self, redis: "aioredis.Redis") -> None:
+        self._redis = redis
+
+    async def count(self, model: str, version: str) -> int:
+        """Jobs queued or in flight (acknowledged jobs leave the stream)."""
+        return int(await self._redis.xlen(keys.job_stream(model, version)))
+
+    async def fail_all(self, model: str, version: str, error: SluiceError) -> int:
+        """Reply ``error`` to every job in the version's stream and remove it; returns how many."""
+        return await fail_queued_jobs(self._redis, model, version, error)
+
+
 async def fail_queued_jobs(redis: "aioredis.Redis", model: str, version: str, error: SluiceError) -> int:
     """Reply ``error`` to every job in the version's stream and remove it; returns how many."""
     stream = keys.job_stream(model, version)

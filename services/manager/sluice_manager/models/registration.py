@@ -16,18 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis.asyncio as aioredis
-from sluice import keys, model_artifact, registry
+from sluice import model_artifact
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
-from sluice.records import VersionRecord, event
+from sluice.records import VersionRecord
 
 from sluice_manager.models import archives
 from sluice_manager.models.fetch import Download, fetch
 from sluice_manager.models.manifest import check_handler, read_archive
 from sluice_manager.models.version_config import ModelsJson, RegisterOptions, ServerDefaults, build_record
-from sluice_manager.operations.redis_lock import model_lock
 from sluice_manager.operations.store import Operation, OperationStore
+from sluice_manager.stores import Stores
 
 log = get_logger(__name__)
 
@@ -78,17 +77,37 @@ def is_default(options: RegisterOptions, record: VersionRecord, models_json: Mod
     return options.make_default or per_version.get("defaultVersion") is True
 
 
+async def commit(
+    stores: Stores,
+    options: RegisterOptions,
+    record: VersionRecord,
+    models_json: ModelsJson,
+    *,
+    lock_wait_s: float,
+) -> VersionRecord | None:
+    """Write ``record`` under the model's lock (None). A version already registered is CONFLICT, except
+    at startup, where it is kept as it is and returned (a restarted manager adopts it)."""
+    async with stores.locks.hold(record.model_name, wait_s=lock_wait_s):
+        existing = await stores.registry.get(record.model_name, record.version)
+        if existing is not None:
+            if not options.at_startup:
+                raise already_registered(record)
+            return existing
+        await stores.registry.add(record, make_default=is_default(options, record, models_json))
+    return None
+
+
 class Registrar:
     def __init__(
         self,
-        redis: "aioredis.Redis",
+        stores: Stores,
         config: RegistrationConfig,
         ops: OperationStore,
         *,
         download: Download | None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.redis = redis
+        self.stores = stores
         self.config = config
         self.ops = ops
         self.download = download
@@ -113,7 +132,9 @@ class Registrar:
             if self.config.pause_before_commit_s > 0:
                 log.warning("pausing before the registry commit (fault injection)", op=op.op_id)
                 await asyncio.sleep(self.config.pause_before_commit_s)
-            await self._commit(options, record)
+            await commit(
+                self.stores, options, record, self.config.models_json, lock_wait_s=self.config.lock_wait_s
+            )
         except BaseException:
             archives.remove_model_dir(self.config.models_dir, model_dir)
             raise
@@ -127,7 +148,7 @@ class Registrar:
         if not op.model_dir:
             return None
         if op.model_name and op.version:
-            existing = await registry.get_version(self.redis, op.model_name, op.version)
+            existing = await self.stores.registry.get(op.model_name, op.version)
             if existing is not None and existing.model_dir == op.model_dir:
                 return existing
         archives.remove_model_dir(self.config.models_dir, Path(op.model_dir))
@@ -152,14 +173,3 @@ class Registrar:
             return final
         finally:
             await asyncio.to_thread(shutil.rmtree, staging, True)
-
-    async def _commit(self, options: RegisterOptions, record: VersionRecord) -> None:
-        async with model_lock(self.redis, record.model_name, wait_s=self.config.lock_wait_s):
-            existing = await registry.get_version(self.redis, record.model_name, record.version)
-            if existing is not None:
-                raise already_registered(record)
-            make_default = is_default(options, record, self.config.models_json)
-            await registry.put_version(self.redis, record, make_default=make_default)
-            await self.redis.publish(
-                keys.EVENTS_CHANNEL, event("registered", record.model_name, record.version)
-            )

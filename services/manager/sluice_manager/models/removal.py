@@ -14,18 +14,13 @@ import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import redis.asyncio as aioredis
-from sluice import keys, registry
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
-from sluice.records import VersionState, event
+from sluice.registry import choose_version
 
 from sluice_manager.models import archives
-from sluice_manager.models.queued_jobs import fail_queued_jobs
-from sluice_manager.operations.redis_lock import model_lock
-from sluice_manager.supervision.worker_state import WorkerStateStore
+from sluice_manager.stores import Stores
 
 log = get_logger(__name__)
 
@@ -45,29 +40,28 @@ def unregistered_error(model: str, version: str) -> SluiceError:
 
 
 class Remover:
-    def __init__(self, redis: "aioredis.Redis", config: RemovalConfig) -> None:
-        self.redis = redis
+    def __init__(self, stores: Stores, config: RemovalConfig) -> None:
+        self.stores = stores
         self.config = config
-        self.workers = WorkerStateStore(redis)
 
     async def run(self, model: str, version: str | None) -> str:
         """Unregister ``model``/``version`` (the default when None); returns the version removed."""
-        async with model_lock(self.redis, model, wait_s=self.config.lock_wait_s):
-            default, versions = await registry.model_versions(self.redis, model)
-            chosen = registry.choose_version(model, version or "", default, versions)
+        registry = self.stores.registry
+        async with self.stores.locks.hold(model, wait_s=self.config.lock_wait_s):
+            default, versions = await registry.versions(model)
+            chosen = choose_version(model, version or "", default, versions)
             if chosen == default and len(versions) > 1:
                 raise SluiceError(
                     ErrorCode.FAILED_PRECONDITION, f"Cannot remove default version for model {model}"
                 )
-            record = await registry.get_version(self.redis, model, chosen)
-            await self.redis.hset(keys.version_config(model, chosen), "state", VersionState.REMOVING.value)
-            await self.redis.publish(keys.EVENTS_CHANNEL, event("unregistering", model, chosen))
+            record = await registry.get(model, chosen)
+            await registry.mark_removing(model, chosen)
             drained = await self._wait_for_no_workers(model, chosen)
-            answered = await fail_queued_jobs(self.redis, model, chosen, unregistered_error(model, chosen))
-            await self._delete_keys(model, chosen, last=versions == {chosen})
+            answered = await self.stores.jobs.fail_all(model, chosen, unregistered_error(model, chosen))
+            await self.stores.workers.clear_streak(model, chosen)
+            await registry.remove(model, chosen, last=versions == {chosen})
             if record is not None:
                 archives.remove_model_dir(self.config.models_dir, Path(record.model_dir))
-            await self.redis.publish(keys.EVENTS_CHANNEL, event("unregistered", model, chosen))
         log.info("model unregistered", model=model, version=chosen, queued_jobs_failed=answered,
                  workers_drained=drained)  # fmt: skip
         if not drained:
@@ -77,30 +71,8 @@ class Remover:
     async def _wait_for_no_workers(self, model: str, version: str) -> bool:
         deadline = time.monotonic() + self.config.unregister_timeout_s
         while True:
-            if await self._has_no_workers(model, version):
+            if not await self.stores.workers.any_worker(model, version):
                 return True
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(_POLL_INTERVAL_S)
-
-    async def _has_no_workers(self, model: str, version: str) -> bool:
-        launched = await self.workers.launched()
-        if any((r.model_name, r.version) == (model, version) for r in launched.values()):
-            return False
-        return not await self.redis.hlen(keys.workers(model, version))
-
-    async def _delete_keys(self, model: str, version: str, *, last: bool) -> None:
-        found: list[Any] = [
-            key async for key in self.redis.scan_iter(match=keys.version_keys_pattern(model, version))
-        ]
-        # Not one transaction: the keys live in different Cluster slots. Each step is idempotent.
-        async with self.redis.pipeline(transaction=False) as pipe:
-            if found:
-                pipe.delete(*found)
-            pipe.hdel(keys.RESTARTS, f"{model}:{version}")
-            if last:
-                pipe.delete(keys.model(model))
-                pipe.zrem(keys.MODELS, model)
-            else:
-                pipe.hdel(keys.model(model), f"{registry.VERSION_FIELD_PREFIX}{version}")
-            await pipe.execute()

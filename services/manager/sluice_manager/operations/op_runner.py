@@ -15,6 +15,7 @@ from sluice_manager.models.registration import Registrar, RegistrationConfig
 from sluice_manager.models.removal import RemovalConfig, Remover
 from sluice_manager.operations.redis_lock import TokenLock
 from sluice_manager.operations.store import Operation, OperationStore, OpKind, OpState
+from sluice_manager.stores import Stores
 
 log = get_logger(__name__)
 
@@ -43,8 +44,9 @@ class OperationRunner:
         self.redis = redis
         self.config = config
         self.ops = OperationStore(redis)
-        self.registrar = Registrar(redis, config.registration, self.ops, download=download)
-        self.remover = Remover(redis, config.removal)
+        stores = Stores.on(redis)
+        self.registrar = Registrar(stores, config.registration, self.ops, download=download)
+        self.remover = Remover(stores, config.removal)
 
     async def run(self, op_id: str) -> Operation | None:
         """Run the operation unless it is finished or running elsewhere; returns its final record."""

@@ -86,6 +86,17 @@ class TokenLock:
                 log.warning("lock renewal failed", key=self.key, error=str(exc))
 
 
+class ModelLocks:
+    """The per-model locks of the management API, as the domain code takes them."""
+
+    def __init__(self, redis: "aioredis.Redis") -> None:
+        self._redis = redis
+
+    def hold(self, model: str, *, wait_s: float) -> contextlib.AbstractAsyncContextManager[TokenLock]:
+        """The model's lock for the block; ABORTED when another operation keeps it past ``wait_s``."""
+        return model_lock(self._redis, model, wait_s=wait_s)
+
+
 @contextlib.asynccontextmanager
 async def model_lock(
     redis: "aioredis.Redis", model: str, *, wait_s: float, ttl_s: float = 15.0

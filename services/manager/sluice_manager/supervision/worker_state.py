@@ -120,6 +120,13 @@ class WorkerStateStore:
             for record, is_alive in zip(records, alive, strict=True)
         }
 
+    async def any_worker(self, model: str, version: str) -> bool:
+        """Whether the version still has a worker: launched by a manager, or announced."""
+        launched = await self.launched()
+        if any((r.model_name, r.version) == (model, version) for r in launched.values()):
+            return True
+        return bool(await self.redis.hlen(keys.workers(model, version)))
+
     async def busy_workers(self, model: str, version: str) -> set[str]:
         """Consumers of the version's job group that hold unacknowledged jobs."""
         try:
