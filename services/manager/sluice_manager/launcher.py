@@ -51,6 +51,9 @@ class LaunchRecord(BaseModel):
     started_unix_ms: int
     log_path: str = ""
     stop_requested_unix_ms: int = 0
+    # When the reconciler first saw it READY (0: not yet). Kept here because the worker's own record
+    # does not last: a peer deletes it once the heartbeat lapses.
+    ready_unix_ms: int = 0
     # A word of the process's command line that marks it as ours ("": its worker id).
     marker: str = ""
 

@@ -31,6 +31,9 @@ class ObservedWorker:
     process: ProcessState
     phase: Phase
     heartbeat: bool
+    # It announced READY at some point of this launch. Peers delete the record of a worker whose
+    # heartbeat lapsed, so the phase alone cannot tell a hung worker from one still loading.
+    was_ready: bool = False
     # For how long the heartbeat key has been seen missing (0 while it exists).
     heartbeat_missing_s: float = 0.0
     # Since launch (owned) or since the worker's own start time (not owned).
@@ -125,7 +128,7 @@ def _classify(worker: ObservedWorker, desired: Desired, timing: Timing) -> _Verd
         return _Verdict.KILL if worker.stopping_s >= timing.stop_timeout_s else _Verdict.IGNORE
     if worker.phase is Phase.UNLOADING:
         return _Verdict.IGNORE
-    if worker.phase is Phase.READY:
+    if worker.phase is Phase.READY or worker.was_ready:
         hung = not worker.heartbeat and worker.heartbeat_missing_s >= timing.heartbeat_grace_s
         return _Verdict.KILL if hung else _Verdict.COUNT
     # Still loading its handler.

@@ -158,6 +158,7 @@ class Reconciler:
     ) -> None:
         model, version = key
         announced = await self.store.announced(model, version)
+        launched = await self._note_ready(launched, announced)
         busy = await self.store.busy_workers(model, version)
         observed = self._observe(launched, announced, busy)
         streak = await self.store.restart_streak(model, version)
@@ -176,6 +177,20 @@ class Reconciler:
         if streak.failures and any(w.owned and w.phase is Phase.READY and w.heartbeat for w in observed):
             await self.store.clear_streak(model, version)
 
+    async def _note_ready(
+        self, launched: list[LaunchRecord], announced: dict[str, AnnouncedWorker]
+    ) -> list[LaunchRecord]:
+        """Stamp the launch record of each worker seen READY for the first time, so that it is still
+        known to have been READY once a peer has deleted its record (see ``ObservedWorker.was_ready``)."""
+        noted: list[LaunchRecord] = []
+        for record in launched:
+            seen = announced.get(record.worker_id)
+            if not record.ready_unix_ms and seen is not None and seen.record.status is WorkerStatus.READY:
+                record = record.model_copy(update={"ready_unix_ms": int(self.clock() * 1000)})
+                await self.store.put_launched(record)
+            noted.append(record)
+        return noted
+
     def _observe(
         self, launched: list[LaunchRecord], announced: dict[str, AnnouncedWorker], busy: set[str]
     ) -> list[ObservedWorker]:
@@ -188,6 +203,7 @@ class Reconciler:
             seen = announced.get(worker_id)
             phase = _PHASES.get(seen.record.status, Phase.NONE) if seen else Phase.NONE
             heartbeat = seen.heartbeat if seen else False
+            was_ready = phase is Phase.READY or (launch is not None and launch.ready_unix_ms > 0)
             observed.append(
                 ObservedWorker(
                     worker_id=worker_id,
@@ -195,7 +211,10 @@ class Reconciler:
                     process=states.get(worker_id, ProcessState.UNKNOWN),
                     phase=phase,
                     heartbeat=heartbeat,
-                    heartbeat_missing_s=self._missing_for(worker_id, seen is not None and not heartbeat, now),
+                    was_ready=was_ready,
+                    heartbeat_missing_s=self._missing_for(
+                        worker_id, not heartbeat and (seen is not None or was_ready), now
+                    ),
                     age_s=now - _started_unix_ms(launch, seen.record if seen else None) / 1000,
                     stopping_s=now - launch.stop_requested_unix_ms / 1000
                     if launch and launch.stop_requested_unix_ms
