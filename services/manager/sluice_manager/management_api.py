@@ -4,7 +4,7 @@ worker child that runs long operations, the sweep that resubmits orphaned operat
 registry-event listener that wakes the reconcile loop.
 
 Seams for token authorization and the model-API switch: ``grpc_interceptors`` and
-``rest_middlewares`` wrap every call; ``rest_routes`` adds routes (``POST /token``).
+``rest_middlewares`` wrap every call; ``rest_routes`` adds routes (``/token``).
 """
 
 import asyncio
