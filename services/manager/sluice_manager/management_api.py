@@ -96,7 +96,8 @@ class ManagementApi:
             extra_middlewares=seams.rest_middlewares,
             extra_routes=seams.rest_routes,
         )
-        self.http = HttpListener(app, parse_address(settings.management_address), cancel_on_disconnect=False)
+        address = parse_address(settings.management_address)
+        self.http = HttpListener(app, address, name="management", cancel_on_disconnect=False)
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
