@@ -1,10 +1,10 @@
 """Token key material: generation, digests and the operator's ``key_file.json``.
 
 Three keys, as in TorchServe: the *inference* key (inference APIs), the *management* key (management
-APIs) and the *API* key (only for ``POST /token``, which renews the other two). Sluice's keys carry 256
+APIs) and the *API* key (only for ``/token``, which renews the other two). Sluice's keys carry 256
 random bits (TorchServe's carry 48). Redis holds only their SHA-256 digests and expiry times
 (:mod:`sluice.auth_store`); the plaintext exists in the key file (mode 0600) and in the answer to
-``POST /token``, nowhere else.
+``/token``, nowhere else.
 
 The file keeps TorchServe's shape, so scripts that read it keep working::
 
@@ -35,7 +35,7 @@ class KeyKind(enum.StrEnum):
     API = "api"
 
 
-# Kinds whose keys expire (token_expiration_min) and can be renewed through POST /token.
+# Kinds whose keys expire (token_expiration_min) and can be renewed through /token.
 EXPIRING = (KeyKind.INFERENCE, KeyKind.MANAGEMENT)
 # Section names in key_file.json (TorchServe spells the API key's section in capitals).
 FILE_SECTION = {KeyKind.INFERENCE: "inference", KeyKind.MANAGEMENT: "management", KeyKind.API: "API"}

@@ -12,8 +12,13 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from sluice.bad_request_log import BadRequestLog, LogBudget
+
 # aiohttp reads a timeout of 0 as "no timeout": a zero grace still cancels at once with this.
 _MIN_GRACE_S = 0.001
+# Lines about unparsable requests, per listener (sluice.bad_request_log).
+BAD_REQUEST_LOG_LIMIT = 10
+BAD_REQUEST_LOG_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +55,24 @@ class HttpListener:
 
     With ``cancel_on_disconnect`` a client that goes away cancels its handler (the inference port:
     the job is then flagged cancelled for the workers). Stopping closes the listener, lets in-flight
-    requests finish for up to the grace period, then cancels what is left.
+    requests finish for up to the grace period, then cancels what is left. Requests aiohttp cannot
+    parse are logged as one line each under ``name``, at a bounded rate (``bad_requests``).
     """
 
-    def __init__(self, app: web.Application, address: ListenAddress, *, cancel_on_disconnect: bool) -> None:
-        self._runner = web.AppRunner(app, handler_cancellation=cancel_on_disconnect, access_log=None)
+    def __init__(
+        self,
+        app: web.Application,
+        address: ListenAddress,
+        *,
+        name: str,
+        cancel_on_disconnect: bool,
+        bad_requests: LogBudget | None = None,
+    ) -> None:
+        budget = bad_requests or LogBudget(BAD_REQUEST_LOG_LIMIT, BAD_REQUEST_LOG_INTERVAL_S)
+        self._bad_request_log = BadRequestLog(name, budget)
+        self._runner = web.AppRunner(
+            app, handler_cancellation=cancel_on_disconnect, access_log=None, logger=self._bad_request_log
+        )
         self._address = address
         self.port = 0
 
@@ -86,3 +104,4 @@ class HttpListener:
             server.pre_shutdown()
             await server.shutdown(max(grace_s, _MIN_GRACE_S))
         await self._runner.cleanup()
+        self._bad_request_log.flush()

@@ -124,5 +124,5 @@ def version_keys_pattern(model: str, version: str) -> str:
 
 
 # Token authorization (sluice.auth_store): hash kind -> SHA-256 digest of its key, plus
-# "<kind>_expires_ms". Written by the manager (startup, POST /token); read by every API process.
+# "<kind>_expires_ms". Written by the manager (startup, /token); read by every API process.
 AUTH_KEYS = f"{PREFIX}:auth:keys"

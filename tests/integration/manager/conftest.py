@@ -6,7 +6,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,8 @@ FAKE_WORKER = "tests.integration.manager.fake_worker"
 TIMING = Timing(heartbeat_grace_s=0.5, stop_timeout_s=5.0)
 
 
-def child_env(redis_url: str) -> dict[str, str]:
-    env = dict(os.environ)
+def child_env(redis_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, **(extra or {})}
     env["SLUICE_REDIS_URL"] = redis_url
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return env
@@ -107,17 +107,19 @@ def make_reconciler(
     module: str = FAKE_WORKER,
     cpu_count: int = 4,
     launcher: Launcher | None = None,
+    timing: Timing = TIMING,
+    worker_env: Mapping[str, str] | None = None,
 ) -> tuple[Launcher, Reconciler]:
     chosen = launcher or ProcessLauncher(
         command=worker_command(sys.executable, module),
-        env=child_env(redis_url),
+        env=child_env(redis_url, worker_env),
         logs_dir=logs_dir,
         host=socket.gethostname(),
         cpus=cpu_count,
         poll_interval_s=0.05,
     )
     reconciler = Reconciler(
-        WorkerStateStore(redis), chosen, ReconcilerConfig(timing=TIMING, reconcile_interval_s=0.1)
+        WorkerStateStore(redis), chosen, ReconcilerConfig(timing=timing, reconcile_interval_s=0.1)
     )
     return chosen, reconciler
 
@@ -131,9 +133,21 @@ async def start_harness(
 ) -> AsyncIterator[StartHarness]:
     started: list[Harness] = []
 
-    async def start(module: str = FAKE_WORKER, cpu_count: int = 4, adopt: bool = False) -> Harness:
+    async def start(
+        module: str = FAKE_WORKER,
+        cpu_count: int = 4,
+        adopt: bool = False,
+        timing: Timing = TIMING,
+        worker_env: Mapping[str, str] | None = None,
+    ) -> Harness:
         launcher, reconciler = make_reconciler(
-            redis_client, redis_server.url, tmp_path / "logs", module=module, cpu_count=cpu_count
+            redis_client,
+            redis_server.url,
+            tmp_path / "logs",
+            module=module,
+            cpu_count=cpu_count,
+            timing=timing,
+            worker_env=worker_env,
         )
         assert isinstance(launcher, ProcessLauncher)
         if adopt:

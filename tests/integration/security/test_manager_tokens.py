@@ -1,6 +1,6 @@
 """The token matrix and the model-API switch on a real manager process started with its defaults
 (token authorization on, model API off): every ManagementAPIsService rpc and every REST route of the
-management port, ``POST /token`` (API key) and its effect on the manager and on a gateway."""
+management port, ``/token`` (API key; GET or POST) and its effect on the manager and on a gateway."""
 
 import json
 import re
@@ -157,17 +157,29 @@ def test_public_routes_need_no_token(site: Site) -> None:
     assert site.rest("GET", "/api-description").status == 200
 
 
-def test_token_route_needs_the_api_key(site: Site) -> None:
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_token_route_needs_the_api_key(site: Site, method: str) -> None:
     keyset = site.keys()
     for token in (None, keyset.management.value, keyset.inference.value, "nope"):
-        answer = site.rest("POST", "/token?type=inference", token)
+        answer = site.rest(method, "/token?type=inference", token)
         assert (answer.status, answer.json()["type"]) == (400, "InvalidKeyException")
-    assert site.rest("POST", "/token?type=API", keyset.api.value).status == 400
+    assert site.rest(method, "/token?type=API", keyset.api.value).status == 400
+    assert site.keys() == keyset
 
 
-def test_renewing_the_management_key_invalidates_the_old_one(site: Site) -> None:
+def test_head_does_not_renew_a_key(site: Site) -> None:
+    keyset = site.keys()
+    # No HEAD route: refused like any unknown route for the API key, 405 for the management key.
+    assert site.rest("HEAD", "/token?type=inference", keyset.api.value).status == 400
+    assert site.rest("HEAD", "/token?type=inference", keyset.management.value).status == 405
+    assert site.keys() == keyset
+
+
+# GET is the form TorchServe's API docs show (curl localhost:8081/token?type=management -H ...).
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_renewing_the_management_key_invalidates_the_old_one(site: Site, method: str) -> None:
     before = site.keys()
-    answer = site.rest("POST", "/token?type=management", before.api.value)
+    answer = site.rest(method, "/token?type=management", before.api.value)
     assert answer.status == 200
     new_key = answer.json()["management"]["key"]
     after = site.keys()

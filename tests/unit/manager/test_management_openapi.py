@@ -11,6 +11,8 @@ def test_document_is_valid_and_complete() -> None:
     validate(document)
     assert set(document["paths"]) == {
         "/", "/api-description", "/models", "/models/{model_name}", "/models/{model_name}/{model_version}",
-        "/models/{model_name}/{model_version}/set-default", "/v1/models/{model_name}",
+        "/models/{model_name}/{model_version}/set-default", "/v1/models/{model_name}", "/token",
     }  # fmt: skip
     assert set(document["paths"]["/models/{model_name}"]) == {"get", "put", "delete"}
+    # TorchServe's docs renew keys with GET; POST works too.
+    assert set(document["paths"]["/token"]) == {"get", "post"}

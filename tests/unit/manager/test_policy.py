@@ -77,6 +77,20 @@ def test_hung_worker_is_killed_after_the_grace() -> None:
     assert decide(desired(1), [hung], TIMING) == Actions(start=1, kill=("9000",))
 
 
+def test_hung_worker_whose_record_a_peer_removed_is_killed_after_the_grace() -> None:
+    # The other worker's reaper deleted the record of the hung one: no phase left, but it was READY.
+    reaped = loading("9000", age_s=10.0, was_ready=True, heartbeat_missing_s=1.0)
+    assert decide(desired(2), [reaped, ready("9001")], TIMING) == Actions()
+    hung = replace(reaped, heartbeat_missing_s=2.0)
+    assert decide(desired(2), [hung, ready("9001")], TIMING) == Actions(start=1, kill=("9000",))
+
+
+def test_a_once_ready_worker_with_its_heartbeat_back_counts() -> None:
+    # SIGCONT before the grace ran out: it beats again (the next beat also brings its record back).
+    back = loading("9000", age_s=200.0, was_ready=True, heartbeat=True)
+    assert decide(desired(1), [back], TIMING) == Actions()
+
+
 def test_worker_past_its_startup_timeout_is_killed() -> None:
     assert decide(desired(1), [loading("9000", age_s=119)], TIMING) == Actions()
     assert decide(desired(1), [loading("9000", age_s=120)], TIMING) == Actions(start=1, kill=("9000",))

@@ -29,3 +29,16 @@ def test_entry_module_loads_grpc_only_after_choosing(entry: str) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+def test_the_installed_grpc_knows_the_experiment() -> None:
+    """grpc core ignores an experiment it does not know, with only an "Unknown experiment" line on
+    stderr: after a grpcio upgrade that drops it, the servers would silently run the other poller."""
+    probe = "import grpc; grpc.aio.server()"
+    env = {"GRPC_EXPERIMENTS": f"{COMPLETION_QUEUE_POLLER},no_such_experiment_for_sluice"}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True, env=env
+    )
+    # The made-up name proves grpc reports unknown experiments in this form.
+    assert "Unknown experiment: no_such_experiment_for_sluice" in result.stderr
+    assert f"Unknown experiment: {COMPLETION_QUEUE_POLLER.lstrip('-')}" not in result.stderr

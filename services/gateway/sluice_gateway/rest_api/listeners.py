@@ -28,11 +28,14 @@ def inference_listener(
 ) -> HttpListener:
     routes = TorchServeRoutes(plane, resolver, model_health).routes() + KServeRoutes(v2).routes()
     app = create_app(routes, max_request_size=settings.max_request_size, extra_middlewares=middlewares)
-    return HttpListener(app, parse_address(settings.inference_address), cancel_on_disconnect=True)
+    address = parse_address(settings.inference_address)
+    return HttpListener(app, address, name="inference", cancel_on_disconnect=True)
 
 
 def metrics_listener(
     settings: GatewaySettings, inference: InferenceMetrics, redis: ControlRedis
 ) -> HttpListener:
     app = create_app(MetricsRoutes(inference, redis).routes(), max_request_size=settings.max_request_size)
-    return HttpListener(app, parse_address(settings.metrics_address), cancel_on_disconnect=True)
+    return HttpListener(
+        app, parse_address(settings.metrics_address), name="metrics", cancel_on_disconnect=True
+    )

@@ -4,7 +4,7 @@ worker child that runs long operations, the sweep that resubmits orphaned operat
 registry-event listener that wakes the reconcile loop.
 
 Seams for token authorization and the model-API switch: ``grpc_interceptors`` and
-``rest_middlewares`` wrap every call; ``rest_routes`` adds routes (``POST /token``).
+``rest_middlewares`` wrap every call; ``rest_routes`` adds routes (``/token``).
 """
 
 import asyncio
@@ -101,7 +101,8 @@ class ManagementApi:
             extra_middlewares=seams.rest_middlewares,
             extra_routes=seams.rest_routes,
         )
-        self.http = HttpListener(app, parse_address(settings.management_address), cancel_on_disconnect=False)
+        address = parse_address(settings.management_address)
+        self.http = HttpListener(app, address, name="management", cancel_on_disconnect=False)
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

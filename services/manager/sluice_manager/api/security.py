@@ -1,5 +1,5 @@
 """The manager's security wiring: token authorization on both management transports (management key;
-``POST /token`` takes the API key; ``grpc.health.v1`` and the REST API description exempt), the key
+``/token`` (GET or POST) takes the API key; ``grpc.health.v1`` and the REST API description exempt), the key
 file, and warnings for listeners reachable from the network. The model-API switch is checked by the
 management service itself (:mod:`sluice_manager.api.model_api`).
 """

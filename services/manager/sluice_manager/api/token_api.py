@@ -1,4 +1,6 @@
-"""``POST /token?type=management|inference`` on the management REST port: renews one key.
+"""``/token?type=management|inference`` on the management REST port: renews one key. ``GET`` (the
+form TorchServe's API docs show) and ``POST`` do the same, as in TorchServe; ``HEAD`` is not served,
+since it would renew a key while looking like a read.
 
 Authorized with the **API** key (``Authorization: Bearer <API key>``; the token middleware's
 ``management_scope`` asks for it on this route). The old key stops working at once on this manager
@@ -27,7 +29,7 @@ class TokenRoutes:
         self._authority = authority
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post("/token", self.renew)]
+        return [web.get("/token", self.renew, allow_head=False), web.post("/token", self.renew)]
 
     async def renew(self, request: web.Request) -> web.Response:
         kind = request.query.get("type", "")

@@ -1,5 +1,5 @@
 """The manager's side of token authorization: it creates the keys at startup, renews them on
-``POST /token`` and keeps the key file (the operator's copy, mode 0600) in step with Redis.
+``/token`` and keeps the key file (the operator's copy, mode 0600) in step with Redis.
 
 Startup (:meth:`KeyAuthority.prepare`): if the key file holds the keys Redis knows (same digests),
 they are kept and any expired one is renewed, so a manager restart does not lock clients out.

@@ -99,9 +99,8 @@ class ArtifactServer:
 
     async def start(self) -> None:
         token = await artifact_token(self._redis)
-        self._listener = HttpListener(
-            create_app(self._redis, token), self._address, cancel_on_disconnect=True
-        )
+        app = create_app(self._redis, token)
+        self._listener = HttpListener(app, self._address, name="artifacts", cancel_on_disconnect=True)
         port = await self._listener.start()
         self.url = advertised_url(self._address, port, self._advertise)
         await self._redis.set(keys.ARTIFACT_URL, self.url)

@@ -74,6 +74,15 @@ _LIST = {
     },
 }
 
+# {"<type>": {"key", "expiration time"}}: the renewed key, in the key file's shape.
+_RENEWED_KEY = {
+    "type": "object",
+    "additionalProperties": {
+        "type": "object",
+        "properties": {"key": {"type": "string"}, "expiration time": {"type": "string"}},
+    },
+}
+
 
 def _ref(name: str) -> Json:
     return {"$ref": f"#/components/schemas/{name}"}
@@ -154,6 +163,24 @@ def _model_ops(params: list[Json], label: str) -> Json:
     }
 
 
+def _renew_key(method: str) -> Json:
+    return {
+        "operationId": f"renewKey{method}",
+        "summary": "Renew the management or inference key (served while token authorization is on).",
+        "description": "Needs the API key: `Authorization: Bearer <API key>`. GET and POST do the same.",
+        "parameters": [
+            _param(
+                "type",
+                "query",
+                {"type": "string", "enum": ["management", "inference"]},
+                "Key to renew.",
+                True,
+            )
+        ],
+        "responses": _answers({"200": ("The new key.", _ref("RenewedKey"))}, 400),
+    }
+
+
 def api_description() -> Json:
     return {
         "openapi": "3.0.1",
@@ -211,6 +238,7 @@ def api_description() -> Json:
                     "responses": _answers(_STATUS_OK, 404, 409),
                 }
             },
+            "/token": {"get": _renew_key("Get"), "post": _renew_key("Post")},
             "/v1/models/{model_name}": {
                 "get": {
                     "operationId": "kserveV1ModelReady",
@@ -234,6 +262,7 @@ def api_description() -> Json:
                 "Error": _ERROR,
                 "ModelList": _LIST,
                 "Description": _DESCRIPTION,
+                "RenewedKey": _RENEWED_KEY,
             }
         },
     }

@@ -3,7 +3,7 @@
 
 Middlewares, outermost first: the error middleware, then ``extra_middlewares`` (token authorization,
 the model-API switch: their SluiceErrors map like any other), then the route. ``extra_routes`` adds
-routes beside TorchServe's (``POST /token``).
+routes beside TorchServe's (``/token``).
 """
 
 from collections.abc import Sequence
