@@ -80,6 +80,9 @@ FIRST_WORKER_ID = 9000
 MANAGER_LEASE = f"{PREFIX}:manager:lease"
 # Hash worker id -> launch record (JSON) of each worker a launcher started: pid, host, log file.
 LAUNCHED_WORKERS = f"{PREFIX}:manager:launched"
+# Hash "<model>:<version>" -> the autoscaler's state (JSON: the desired worker count and its
+# timers); the manager writes it, gateways export the desired count as a metric.
+SCALING = f"{PREFIX}:manager:scaling"
 # Hash "<model>:<version>" -> restart streak (JSON) behind the restart backoff.
 RESTARTS = f"{PREFIX}:manager:restarts"
 # The id labelling this cluster's worker containers (see sluice_manager.supervision.cluster).

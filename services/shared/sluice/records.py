@@ -47,6 +47,14 @@ class VersionRecord(Checked):
     startup_timeout_s: int = 120
     min_workers: int = 1
     max_workers: int = 1
+    # Autoscaling between min_workers and max_workers (sluice_manager.supervision.autoscale): jobs one
+    # worker is meant to carry, how long a backlog lasts before scaling up, how long the load stays
+    # low before scaling down, and the pause between two changes (model-config.yaml
+    # targetJobsPerWorker, scaleUpAfterMSec, scaleDownAfterMSec, scaleCooldownMSec).
+    target_jobs_per_worker: float = 2.0
+    scale_up_after_ms: int = 2000
+    scale_down_after_ms: int = 60000
+    scale_cooldown_ms: int = 10000
     job_queue_size: int = 100
     max_retry_timeout_s: int = 300
     # Deliveries of one job before it is dead-lettered (a job that keeps killing workers).

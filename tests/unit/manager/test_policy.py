@@ -19,8 +19,8 @@ from sluice_manager.supervision.policy import (
 TIMING = Timing(heartbeat_grace_s=2.0, stop_timeout_s=30.0)
 
 
-def desired(min_workers: int = 1, max_workers: int | None = None, active: bool = True) -> Desired:
-    return Desired(min_workers, min_workers if max_workers is None else max_workers, 120.0, active)
+def desired(workers: int = 1, active: bool = True) -> Desired:
+    return Desired(workers, 120.0, active)
 
 
 def ready(worker_id: str, **changes: object) -> ObservedWorker:
@@ -39,25 +39,25 @@ def external(worker_id: str, **changes: object) -> ObservedWorker:
 # --- counting -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("min_workers", "have", "start"), [(0, 0, 0), (1, 0, 1), (3, 1, 2), (2, 2, 0)])
-def test_starts_what_is_missing(min_workers: int, have: int, start: int) -> None:
+@pytest.mark.parametrize(("wanted", "have", "start"), [(0, 0, 0), (1, 0, 1), (3, 1, 2), (2, 2, 0)])
+def test_starts_what_is_missing(wanted: int, have: int, start: int) -> None:
     workers = [ready(str(9000 + i)) for i in range(have)]
-    assert decide(desired(min_workers, max(min_workers, have)), workers, TIMING) == Actions(start=start)
+    assert decide(desired(wanted), workers, TIMING) == Actions(start=start)
 
 
 def test_loading_workers_count() -> None:
     assert decide(desired(2), [ready("9000"), loading("9001")], TIMING) == Actions()
 
 
-def test_between_min_and_max_nothing_happens() -> None:
-    # TorchServe keeps min_workers running; max only matters when scaling down.
+def test_the_wanted_count_is_kept_whatever_the_range() -> None:
+    # The autoscaler chose 3 (between minWorkers and maxWorkers): nothing to do.
     workers = [ready("9000"), ready("9001"), ready("9002")]
-    assert decide(desired(1, 4), workers, TIMING) == Actions()
+    assert decide(desired(3), workers, TIMING) == Actions()
 
 
 def test_external_workers_count_but_are_never_stopped() -> None:
     assert decide(desired(2), [external("9000"), ready("9001")], TIMING) == Actions()
-    actions = decide(desired(0, 0), [external("9000"), ready("9001")], TIMING)
+    actions = decide(desired(0), [external("9000"), ready("9001")], TIMING)
     assert actions.stop == ("9001",)
 
 
@@ -214,11 +214,11 @@ def _all_workers() -> list[ObservedWorker]:
 
 
 @pytest.mark.parametrize("active", [True, False])
-@pytest.mark.parametrize(("min_workers", "max_workers"), [(0, 0), (1, 1), (2, 5), (40, 60)])
-def test_invariants(active: bool, min_workers: int, max_workers: int) -> None:
+@pytest.mark.parametrize("wanted", [0, 1, 3, 40])
+def test_invariants(active: bool, wanted: int) -> None:
     workers = _all_workers()
     by_id = {w.worker_id: w for w in workers}
-    actions = decide(Desired(min_workers, max_workers, 120.0, active), workers, TIMING)
+    actions = decide(Desired(wanted, 120.0, active), workers, TIMING)
     acted = [*actions.stop, *actions.kill, *actions.forget]
     assert len(acted) == len(set(acted)), "a worker gets at most one action"
     for worker_id in [*actions.stop, *actions.kill]:

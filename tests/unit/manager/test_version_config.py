@@ -247,3 +247,21 @@ def test_models_json_with_wrong_types_is_refused() -> None:
 )
 def test_default_model_name(url: str, name: str) -> None:
     assert default_model_name(url) == name
+
+
+def test_autoscaling_keys_and_their_defaults() -> None:
+    default = record(yaml={"batchSize": 4})
+    assert (default.target_jobs_per_worker, default.scale_up_after_ms) == (8.0, 2000)
+    assert (default.scale_down_after_ms, default.scale_cooldown_ms) == (60000, 10000)
+    tuned = record(
+        yaml={
+            "targetJobsPerWorker": 3,
+            "scaleUpAfterMSec": 500,
+            "scaleDownAfterMSec": 5000,
+            "scaleCooldownMSec": 0,
+        }
+    )
+    assert (tuned.target_jobs_per_worker, tuned.scale_up_after_ms) == (3.0, 500)
+    assert (tuned.scale_down_after_ms, tuned.scale_cooldown_ms) == (5000, 0)
+    with pytest.raises(SluiceError, match="targetJobsPerWorker must be a positive number"):
+        record(yaml={"targetJobsPerWorker": 0})

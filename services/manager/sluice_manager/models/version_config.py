@@ -10,8 +10,11 @@ torchserve.md section 5.3:
   TorchServe's one per CPU core, which runs laptops out of memory); at register time the explicit
   ``initial_workers``, then ``default_workers_per_model`` (0 means no worker, as in TorchServe).
 - ``jobQueueSize`` (> 0), ``maxRetryTimeoutInSec``, ``clientTimeoutInMills``, ``deviceType`` from the
-  yaml only. Sluice reads extra yaml keys: ``batchPolicy`` (``fill`` or ``eager``), and for worker
-  containers ``containerCpus`` (cores, e.g. 1.5) and ``containerMemory`` (e.g. ``2g``).
+  yaml only. Sluice reads extra yaml keys: ``batchPolicy`` (``fill`` or ``eager``), for worker
+  containers ``containerCpus`` (cores, e.g. 1.5) and ``containerMemory`` (e.g. ``2g``), and for
+  autoscaling between ``minWorkers`` and ``maxWorkers`` ``targetJobsPerWorker`` (default: twice the
+  batch size), ``scaleUpAfterMSec`` (2000), ``scaleDownAfterMSec`` (60000), ``scaleCooldownMSec``
+  (10000).
 """
 
 import json
@@ -30,6 +33,9 @@ from sluice_manager.models.manifest import ArchiveContents
 DEFAULT_BATCH_SIZE = 1
 DEFAULT_MAX_BATCH_DELAY_MS = 100
 DEFAULT_MAX_RETRY_TIMEOUT_S = 300
+DEFAULT_SCALE_UP_AFTER_MS = 2000
+DEFAULT_SCALE_DOWN_AFTER_MS = 60000
+DEFAULT_SCALE_COOLDOWN_MS = 10000
 # Per model name, per version: TorchServe's `models` config key.
 ModelsJson = dict[str, dict[str, dict[str, Any]]]
 
@@ -105,6 +111,10 @@ def build_record(
     yaml_conf = _YamlConfig(contents.model_yaml)
     json_conf = models_json.get(name, {}).get(version, {})
     min_workers, max_workers = _workers(options, yaml_conf, json_conf, defaults)
+    batch_size = (
+        _first_positive(options.batch_size, yaml_conf.integer("batchSize"), _json_int(json_conf, "batchSize"))
+        or DEFAULT_BATCH_SIZE
+    )
     return VersionRecord(
         model_name=name,
         version=version,
@@ -113,10 +123,7 @@ def build_record(
         handler=handler,
         runtime=options.runtime or manifest.runtime,
         envelope=manifest.model.envelope or defaults.service_envelope,
-        batch_size=_first_positive(
-            options.batch_size, yaml_conf.integer("batchSize"), _json_int(json_conf, "batchSize")
-        )
-        or DEFAULT_BATCH_SIZE,
+        batch_size=batch_size,
         max_batch_delay_ms=_first_not_negative(
             options.max_batch_delay_ms,
             yaml_conf.integer("maxBatchDelay"),
@@ -140,13 +147,23 @@ def build_record(
         or defaults.default_startup_timeout_s,
         min_workers=min_workers,
         max_workers=max_workers,
+        target_jobs_per_worker=yaml_conf.positive_number("targetJobsPerWorker") or 2.0 * batch_size,
+        scale_up_after_ms=_first_not_negative(
+            yaml_conf.integer("scaleUpAfterMSec"), DEFAULT_SCALE_UP_AFTER_MS
+        ),
+        scale_down_after_ms=_first_not_negative(
+            yaml_conf.integer("scaleDownAfterMSec"), DEFAULT_SCALE_DOWN_AFTER_MS
+        ),
+        scale_cooldown_ms=_first_not_negative(
+            yaml_conf.integer("scaleCooldownMSec"), DEFAULT_SCALE_COOLDOWN_MS
+        ),
         job_queue_size=_first_positive(yaml_conf.integer("jobQueueSize"), defaults.job_queue_size)
         or defaults.job_queue_size,
         max_retry_timeout_s=_first_positive(yaml_conf.integer("maxRetryTimeoutInSec"))
         or DEFAULT_MAX_RETRY_TIMEOUT_S,
         client_timeout_ms=_first_not_negative(yaml_conf.integer("clientTimeoutInMills"), 0),
         device_type=yaml_conf.device_type(),
-        container_cpus=yaml_conf.cpus("containerCpus"),
+        container_cpus=yaml_conf.positive_number("containerCpus"),
         container_memory_bytes=yaml_conf.memory("containerMemory"),
         loaded_at_startup=options.at_startup,
         registered_unix_ms=now_unix_ms,
@@ -168,6 +185,22 @@ def _workers(
         return low, max(low, high)
     workers = _first_not_negative(options.initial_workers, defaults.default_workers_per_model)
     return workers, workers
+
+
+def _scaling(yaml_conf: "_YamlConfig", batch_size: int) -> dict[str, Any]:
+    """The autoscaling keys of model-config.yaml, with their defaults."""
+    return {
+        "target_jobs_per_worker": yaml_conf.positive_number("targetJobsPerWorker") or 2.0 * batch_size,
+        "scale_up_after_ms": _first_not_negative(
+            yaml_conf.integer("scaleUpAfterMSec"), DEFAULT_SCALE_UP_AFTER_MS
+        ),
+        "scale_down_after_ms": _first_not_negative(
+            yaml_conf.integer("scaleDownAfterMSec"), DEFAULT_SCALE_DOWN_AFTER_MS
+        ),
+        "scale_cooldown_ms": _first_not_negative(
+            yaml_conf.integer("scaleCooldownMSec"), DEFAULT_SCALE_COOLDOWN_MS
+        ),
+    }
 
 
 def _tensors(model_yaml: dict[str, Any]) -> ModelTensors:
@@ -219,7 +252,7 @@ class _YamlConfig:
             raise SluiceError(ErrorCode.INVALID_ARGUMENT, "model-config.yaml: deviceType must be cpu or gpu")
         return value
 
-    def cpus(self, key: str) -> float:
+    def positive_number(self, key: str) -> float:
         value = self.raw.get(key)
         if value is None:
             return 0.0

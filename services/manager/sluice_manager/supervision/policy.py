@@ -1,8 +1,9 @@
 """The reconcile decision, as pure functions: (desired, observed workers, timing) -> actions.
 
-TorchServe's rules: a version runs ``min_workers``; ``max_workers`` only matters when scaling down. A
-worker that dies is restarted with TorchServe's backoff (0, 1, 1, 2, 3, 5, 8, ... s; Sluice caps each
-delay at the version's ``max_retry_timeout_s``). The reconciler (I/O) observes and applies.
+A version runs the number of workers the autoscaler wants (sluice_manager.supervision.autoscale:
+``min_workers`` unless ``max_workers`` allows more and the load asks for them). A worker that dies
+is restarted with TorchServe's backoff (0, 1, 1, 2, 3, 5, 8, ... s; Sluice caps each delay at the
+version's ``max_retry_timeout_s``). The reconciler (I/O) observes and applies.
 """
 
 import enum
@@ -47,8 +48,8 @@ class ObservedWorker:
 
 @dataclass(frozen=True)
 class Desired:
-    min_workers: int
-    max_workers: int
+    # Workers the version should run now.
+    workers: int
     startup_timeout_s: float
     # False once the version is unregistered (or being removed): every worker goes.
     active: bool = True
@@ -103,13 +104,13 @@ def decide(
         stop = tuple(w.worker_id for w in counted if w.owned)
         return Actions(stop=stop, kill=tuple(kill), forget=tuple(forget))
     start, stop, backing_off = 0, (), False
-    if len(counted) < desired.min_workers:
+    if len(counted) < desired.workers:
         if backoff_wait_s > 0:
             backing_off = True
         else:
-            start = desired.min_workers - len(counted)
-    elif len(counted) > desired.max_workers:
-        stop = _scale_down_victims(counted, len(counted) - desired.max_workers)
+            start = desired.workers - len(counted)
+    elif len(counted) > desired.workers:
+        stop = _scale_down_victims(counted, len(counted) - desired.workers)
     return Actions(start=start, stop=stop, kill=tuple(kill), forget=tuple(forget), backing_off=backing_off)
 
 

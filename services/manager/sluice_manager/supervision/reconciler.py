@@ -14,7 +14,10 @@ from redis.exceptions import RedisError
 from sluice.log import get_logger
 from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
 
+from sluice_manager.supervision import autoscale
+from sluice_manager.supervision.autoscale import Signal, scaling_settings
 from sluice_manager.supervision.launchers.base import (
+    Capacity,
     ContainerLimits,
     Launcher,
     LaunchRecord,
@@ -44,6 +47,8 @@ _PHASES = {
     WorkerStatus.UNLOADING: Phase.UNLOADING,
 }
 VersionKey = tuple[str, str]
+# The workers a launcher that reports no cores (external) may hold: no bound.
+UNBOUNDED = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -161,19 +166,51 @@ class Reconciler:
         versions = await self.store.registered_versions()
         launched = await self.store.launched()
         states = await self.launcher.states()
+        capacity = await self.launcher.capacity()
         by_version: dict[VersionKey, list[LaunchRecord]] = {}
         for record in launched.values():
             by_version.setdefault((record.model_name, record.version), []).append(record)
-        planned = sum(v.record.min_workers for v in versions.values() if v.active)
-        for key in sorted(set(versions) | set(by_version)):
-            await self._reconcile_version(
-                key, versions.get(key), by_version.get(key, []), states, planned, list(launched.values())
+        wanted = {
+            key: await self._wanted(
+                key, version.record, len(launched) - len(by_version.get(key, [])), capacity
             )
+            for key, version in versions.items()
+            if version.active
+        }
+        planned = sum(wanted.values())
+        for key in sorted(set(versions) | set(by_version)):
+            registered = versions.get(key)
+            desired = self._desired(registered, wanted.get(key, 0))
+            await self._reconcile_version(
+                key, registered, desired, by_version.get(key, []), states, planned, list(launched.values())
+            )
+
+    async def _wanted(self, key: VersionKey, record: VersionRecord, others: int, capacity: Capacity) -> int:
+        """How many workers the version should run now: the autoscaler's choice from its load (read
+        only when its range lets it scale), which it keeps in Redis with its timers."""
+        model, version = key
+        settings = scaling_settings(record)
+        state = await self.store.scaling_state(model, version) or autoscale.initial_state(settings)
+        now = self.clock()
+        signal = await self.store.signal(model, version, now) if settings.autoscaled else Signal(now, 0, 0)
+        room = capacity.cpus - others if capacity.cpus else UNBOUNDED
+        decision = autoscale.decide(settings, state, signal, max(room, 1))
+        if decision.change is not None:
+            _log_change(model, version, decision.change, signal, settings)
+        if decision.state != state:
+            await self.store.put_scaling_state(model, version, decision.state)
+        return decision.state.desired
+
+    def _desired(self, registered: RegisteredVersion | None, wanted: int) -> Desired:
+        if registered is None:
+            return Desired(0, startup_timeout_s=0, active=False)
+        return Desired(wanted, registered.record.startup_timeout_s, registered.active)
 
     async def _reconcile_version(
         self,
         key: VersionKey,
         registered: RegisteredVersion | None,
+        desired: Desired,
         launched: list[LaunchRecord],
         states: dict[str, RunState],
         planned: int,
@@ -185,20 +222,13 @@ class Reconciler:
         busy = await self.store.busy_workers(model, version)
         observed = self._observe(launched, announced, busy, states)
         streak = await self.store.restart_streak(model, version)
-        if registered is None:
-            desired = Desired(0, 0, startup_timeout_s=0, active=False)
-            wait_s = 0.0
-        else:
-            record = registered.record
-            desired = Desired(
-                record.min_workers, record.max_workers, record.startup_timeout_s, registered.active
-            )
-            delay_s = restart_delay_s(streak.failures, record.max_retry_timeout_s)
-            wait_s = streak.last_failure_unix_ms / 1000 + delay_s - self.clock() if streak.failures else 0.0
+        wait_s = 0.0
+        if registered is not None and streak.failures:
+            delay_s = restart_delay_s(streak.failures, registered.record.max_retry_timeout_s)
+            wait_s = streak.last_failure_unix_ms / 1000 + delay_s - self.clock()
         actions = decide(desired, observed, self.config.timing, wait_s)
-        await self._apply(
-            key, actions, observed, registered.record if registered else None, planned, everywhere
-        )
+        version_record = registered.record if registered else None
+        await self._apply(key, actions, observed, version_record, planned, everywhere)
         if streak.failures and any(w.owned and w.phase is Phase.READY and w.heartbeat for w in observed):
             await self.store.clear_streak(model, version)
 
@@ -353,6 +383,15 @@ class Reconciler:
                     log.warning("worker did not stop in time; killing it", worker=worker_id)
                     await self.launcher.stop(worker_id, graceful=False)
             await self._all_exited(running, 5.0)
+        # Their exit events may still wait in the launcher's queue (the follower is about to stop):
+        # clean up after each one here too (handling an exit twice does nothing more).
+        states = await self.launcher.states()
+        for worker_id in running:
+            if states.get(worker_id) is RunState.EXITED:
+                try:
+                    await self.on_worker_exit(WorkerExit(worker_id, None))
+                except RedisError:
+                    log.warning("redis unavailable; the records of a stopped worker stay", worker=worker_id)
 
     async def _all_exited(self, worker_ids: list[str], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -362,6 +401,27 @@ class Reconciler:
                 return True
             await asyncio.sleep(0.05)
         return False
+
+
+def _log_change(
+    model: str, version: str, change: autoscale.Change, signal: Signal, settings: autoscale.ScalingSettings
+) -> None:
+    """One event per autoscaling decision: from -> to, the signal and the threshold."""
+    log.info(
+        "workers scaled",
+        model=model,
+        version=version,
+        from_workers=change.from_workers,
+        to_workers=change.to_workers,
+        reason=change.reason,
+        needed=change.needed,
+        jobs=signal.jobs,
+        queued=signal.queued,
+        in_flight=signal.in_flight,
+        oldest_job_age_s=round(signal.oldest_age_s, 3),
+        target_jobs_per_worker=settings.target_jobs_per_worker,
+        range=f"{settings.min_workers}-{settings.max_workers}",
+    )
 
 
 def _announced_record(launcher: str, model: str, version: str, worker: WorkerRecord) -> LaunchRecord:

@@ -2,6 +2,8 @@
 own records and heartbeats, pending jobs per worker, and restart streaks. All of it lives in Redis so
 that a restarted manager picks up where its predecessor stopped."""
 
+import dataclasses
+import json
 import time
 from dataclasses import dataclass
 from typing import cast
@@ -13,6 +15,7 @@ from sluice import keys, registry
 from sluice.log import get_logger
 from sluice.records import VersionRecord, VersionState, WorkerRecord
 
+from sluice_manager.supervision.autoscale import ScalingState, Signal
 from sluice_manager.supervision.launchers.base import LaunchRecord
 
 log = get_logger(__name__)
@@ -61,7 +64,7 @@ def _worker(raw: bytes | str) -> WorkerRecord | None:
         return None
 
 
-def _streak_field(model: str, version: str) -> str:
+def _version_field(model: str, version: str) -> str:
     # Names never contain ":" (sluice.names), so the field splits back unambiguously.
     return f"{model}:{version}"
 
@@ -136,7 +139,7 @@ class WorkerStateStore:
         return {_text(consumer["name"]) for consumer in summary.get("consumers") or [] if consumer["pending"]}
 
     async def restart_streak(self, model: str, version: str) -> RestartStreak:
-        raw = await self.redis.hget(keys.RESTARTS, _streak_field(model, version))
+        raw = await self.redis.hget(keys.RESTARTS, _version_field(model, version))
         return RestartStreak() if raw is None else RestartStreak.model_validate_json(raw)
 
     async def record_failure(self, model: str, version: str) -> RestartStreak:
@@ -147,11 +150,49 @@ class WorkerStateStore:
             first_failure_unix_ms=streak.first_failure_unix_ms or now_ms,
             last_failure_unix_ms=now_ms,
         )
-        await self.redis.hset(keys.RESTARTS, _streak_field(model, version), updated.model_dump_json())
+        await self.redis.hset(keys.RESTARTS, _version_field(model, version), updated.model_dump_json())
         return updated
 
     async def next_worker_id(self) -> str:
         return await registry.next_worker_id(self.redis)
 
+    async def signal(self, model: str, version: str, at_s: float) -> Signal:
+        """The version's load: jobs in its stream (acknowledged jobs are deleted), those delivered to
+        a worker and not yet acknowledged, and the age of the oldest (its entry id is its enqueue
+        time in ms). One pipelined round trip."""
+        stream = keys.job_stream(model, version)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xlen(stream)
+            pipe.xpending(stream, keys.JOB_GROUP)
+            pipe.xrange(stream, "-", "+", count=1)
+            length, pending, oldest = await pipe.execute(raise_on_error=False)
+        jobs = length if isinstance(length, int) else 0
+        in_flight = int(pending.get("pending") or 0) if isinstance(pending, dict) else 0
+        age_s = 0.0
+        if isinstance(oldest, list) and oldest:
+            enqueued_ms = int(_text(oldest[0][0]).split("-", 1)[0])
+            age_s = max(0.0, at_s - enqueued_ms / 1000)
+        return Signal(
+            at_s=at_s, queued=max(jobs - in_flight, 0), in_flight=min(in_flight, jobs), oldest_age_s=age_s
+        )
+
+    async def scaling_state(self, model: str, version: str) -> ScalingState | None:
+        raw = await self.redis.hget(keys.SCALING, _version_field(model, version))
+        if raw is None:
+            return None
+        try:
+            return ScalingState(**json.loads(raw))
+        except (ValueError, TypeError):
+            log.warning("ignoring an unreadable scaling state", model=model, version=version)
+            return None
+
+    async def put_scaling_state(self, model: str, version: str, state: ScalingState) -> None:
+        await self.redis.hset(
+            keys.SCALING, _version_field(model, version), json.dumps(dataclasses.asdict(state))
+        )
+
+    async def clear_scaling_state(self, model: str, version: str) -> None:
+        await self.redis.hdel(keys.SCALING, _version_field(model, version))
+
     async def clear_streak(self, model: str, version: str) -> None:
-        await self.redis.hdel(keys.RESTARTS, _streak_field(model, version))
+        await self.redis.hdel(keys.RESTARTS, _version_field(model, version))
