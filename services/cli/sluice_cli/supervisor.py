@@ -52,8 +52,9 @@ class Supervisor:
         self._notify = notify
         self._specs = {spec.name: spec for spec in plan.services}
         self._crashes: dict[str, list[float]] = {}
-        # Service name -> when (time.monotonic) its restart is due.
+        # Service name -> when (time.monotonic) its restart is due / it was last started.
         self._due: dict[str, float] = {}
+        self._started_s: dict[str, float] = {}
         self._limits = RotationLimits(plan.log_max_bytes, plan.log_backups)
         self._next_rotation_s = 0.0
 
@@ -161,7 +162,7 @@ class Supervisor:
         history.last_exit_unix_ms = int(time.time() * 1000)
         crashes = recent([*self._crashes.get(name, []), now_s], now_s, self._policy.window_s)
         self._crashes[name] = crashes
-        decision = decide(self._policy, crashes, now_s)
+        decision = decide(self._policy, crashes, now_s, ran_s=now_s - self._started_s.get(name, now_s))
         what = f"the {name} {exit_description(code)}"
         if isinstance(decision, GiveUp):
             history.given_up = decision.reason
@@ -212,6 +213,7 @@ class Supervisor:
 
     # -----------------------------------------------------------------------------------------------
     def _spawn(self, spec: ServiceSpec) -> ProcessRef:
+        self._started_s[spec.name] = time.monotonic()
         return self.children.spawn(
             spec.name,
             spec.argv,
