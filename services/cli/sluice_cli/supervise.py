@@ -36,7 +36,7 @@ def main() -> int:
         return 1
     except Interrupted:
         supervisor.stop()
-        _report(StartReport(ok=False, reason="interrupted"))
+        _report(StartReport(ok=False, reason="stopped (by sluice stop or a signal) before it served"))
         return 130
     except Exception as exc:
         log.exception("start failed")
