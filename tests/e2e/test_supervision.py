@@ -196,6 +196,8 @@ def test_killed_services_come_back_under_load_and_nothing_accepted_is_lost(stack
                 pass
     assert wait_dead(pids) == []
     assert not (stack.home / "sluice.pid").exists()
+    not_running = stack.sluice("status")
+    assert (not_running.returncode, not_running.stdout) == (3, "Sluice is not running.\n")
     assert all(lingering(port) for port in ports), "no TIME-WAIT: the test would prove nothing"
     stack.start()
     assert inference_answers(stack)
