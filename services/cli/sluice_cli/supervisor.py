@@ -62,7 +62,6 @@ class Supervisor:
     def state(self) -> PidFile:
         return self.plan.state
 
-    # Start -----------------------------------------------------------------------------------------
     def launch(self, supervisor: ProcessRef) -> None:
         """Record ``supervisor`` (this process) in the pid file, then start every service."""
         self.state.supervisor = supervisor
@@ -126,7 +125,6 @@ class Supervisor:
         ref = self.state.get("redis")
         raise StartFailed("redis-server did not answer", [Path(ref.log_file)] if ref else [])
 
-    # Supervision -----------------------------------------------------------------------------------
     def run(self) -> None:
         """Supervise until a signal handler raises Interrupted (or a give-up raises GaveUp)."""
         while True:
@@ -198,7 +196,6 @@ class Supervisor:
             self._write()
         log.info("service restarted", service=name, pid=ref.pid, restarts=history.restarts)
 
-    # Stop ------------------------------------------------------------------------------------------
     def stop(self) -> None:
         """Stop every service in reverse order and remove the pid file. Not cut short by a second
         Ctrl-C or SIGTERM: every wait in it is bounded."""
@@ -211,7 +208,6 @@ class Supervisor:
             for number, handler in previous.items():
                 signal.signal(number, handler)
 
-    # -----------------------------------------------------------------------------------------------
     def _spawn(self, spec: ServiceSpec) -> ProcessRef:
         self._started_s[spec.name] = time.monotonic()
         return self.children.spawn(
