@@ -7,17 +7,17 @@ Imports none of Sluice's generated protobuf modules: the compat tier uses this b
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
+import psutil
 import redis
-from sluice_cli.runtime import RuntimeDir
+from sluice import keys
 
 from tests.support.redis_server import free_port
 
@@ -63,11 +63,10 @@ class Stack:
         return f"127.0.0.1:{self.grpc_port}"
 
     def sluice(self, *args: str, timeout_s: float = START_TIMEOUT_S) -> "subprocess.CompletedProcess[str]":
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") and k != "TS_CONFIG_FILE"}
         return subprocess.run(
             [str(SLUICE), *args],
             cwd=self.root,
-            env={**env, "PYTHONUNBUFFERED": "1"},
+            env=clean_env(),
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -87,12 +86,31 @@ class Stack:
 
     def redis(self) -> "redis.Redis":
         """The private Redis, as the services reach it (the URL in the pid file has its password)."""
-        url = json.loads((self.home / "sluice.pid").read_text())["redis_url"]
-        return redis.Redis.from_url(url, socket_timeout=5)
+        return redis.Redis.from_url(self.pid_file()["redis_url"], socket_timeout=5)
 
-    def redis_pid(self) -> int:
-        processes = json.loads((self.home / "sluice.pid").read_text())["processes"]
-        return next(int(p["pid"]) for p in processes if p["name"] == "redis")
+    def pid_file(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads((self.home / "sluice.pid").read_text())
+        return loaded
+
+    def pid_of(self, name: str) -> int:
+        """The pid of a service (redis, manager, gateway) as the pid file has it now."""
+        return next(int(p["pid"]) for p in self.pid_file()["processes"] if p["name"] == name)
+
+    def supervisor_pid(self) -> int:
+        return int(self.pid_file()["supervisor"]["pid"])
+
+    def all_pids(self) -> list[int]:
+        """The supervisor, the services and everything they started (workers, standbys, task
+        workers), the workers found through their launch records too (a restarted manager's
+        adopted workers are not its children)."""
+        pids = [self.supervisor_pid(), *(int(p["pid"]) for p in self.pid_file()["processes"])]
+        for pid in list(pids):
+            with contextlib.suppress(psutil.Error):
+                pids += [child.pid for child in psutil.Process(pid).children(recursive=True)]
+        with contextlib.closing(self.redis()) as client:
+            launched = cast(dict[bytes, bytes], client.hgetall(keys.LAUNCHED_WORKERS))
+        pids += [int(json.loads(raw)["pid"]) for raw in launched.values()]
+        return sorted(set(pids))
 
     def worker_pids(self, model: str, version: str = "1.0") -> dict[str, int]:
         """Worker id -> pid of the workers that announced themselves for a version."""
@@ -124,40 +142,15 @@ class Stack:
             time.sleep(0.2)
         raise TimeoutError(f"{model}: {count} new worker(s) not READY within {timeout_s} s")
 
-    def kill_redis(self) -> None:
-        os.kill(self.redis_pid(), signal.SIGKILL)
 
-    def restart_redis(self, pid_to_wait: int) -> "subprocess.Popen[bytes]":
-        """Start redis-server again on the same port and data folder (as an operator or init system
-        would); the caller stops the returned process."""
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _alive(pid_to_wait):
-            time.sleep(0.05)
-        runtime = RuntimeDir.at(self.home)
-        args = [
-            "redis-server", str(runtime.redis_config),  # its password
-            "--port", str(self.redis_port), "--bind", "127.0.0.1",
-            "--dir", str(self.home / "redis"), "--appendonly", "yes", "--save", "",
-        ]  # fmt: skip
-        socket = runtime.redis_socket
-        if socket is not None:  # where `sluice start` pointed the services
-            args += ["--unixsocket", str(socket), "--unixsocketperm", "700"]
-        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with contextlib.closing(self.redis()) as client:
-                    if client.ping():
-                        return process
-            except redis.RedisError:
-                time.sleep(0.05)
-        process.kill()
-        raise RuntimeError("redis-server did not come back")
+def clean_env() -> dict[str, str]:
+    """This environment without Sluice's settings (config.properties in the stack's folder rules)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") and k != "TS_CONFIG_FILE"}
+    return {**env, "PYTHONUNBUFFERED": "1"}
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    return True

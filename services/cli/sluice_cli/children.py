@@ -1,5 +1,5 @@
 """Starting and stopping the service processes. Each child gets its own session (process group), so
-a Ctrl-C on the terminal reaches only the CLI, which then stops the children in order."""
+a Ctrl-C on the terminal reaches only its supervisor, which then stops the children in order."""
 
 import contextlib
 import os
@@ -53,6 +53,20 @@ class Children:
     def reap(self) -> None:
         for popen in self.popens.values():
             popen.poll()
+
+    def forget(self, pid: int) -> None:
+        """Drop a child that ended (and was reaped) and has been replaced."""
+        self.popens.pop(pid, None)
+
+
+def exit_description(code: int | None) -> str:
+    """``exited with code 2``, ``exited with code -9 (SIGKILL)``, or ``exited`` when unknown."""
+    if code is None:
+        return "exited"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"exited with code {code} ({signal.Signals(-code).name})"
+    return f"exited with code {code}"
 
 
 def _start_time(pid: int) -> float:

@@ -1,4 +1,4 @@
-"""The ``sluice`` command: ``start``, ``stop``, ``demo``; TorchServe's ``--start`` / ``--stop``
+"""The ``sluice`` command: ``start``, ``stop``, ``status``, ``demo``; TorchServe's ``--start`` / ``--stop``
 spellings and start flags are accepted too (``torchserve --start --model-store s --models m.mar``)."""
 
 import argparse
@@ -17,9 +17,10 @@ from sluice_cli import output
 from sluice_cli.services import StartOptions
 from sluice_cli.settings import CliSettings
 from sluice_cli.start import start
+from sluice_cli.status import status
 from sluice_cli.stop import stop
 
-COMMANDS = ("start", "stop", "demo")
+COMMANDS = ("start", "stop", "status", "demo")
 # TorchServe flags that mean nothing to Sluice; accepted so that TorchServe command lines still run.
 IGNORED_FLAGS = ("--log-config", "--cpp-log-config", "--workflow-store", "--plugins-path")
 
@@ -30,10 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     version = importlib.metadata.version("sluice-serve")
     parser.add_argument("-v", "--version", action="version", version=f"sluice {version}")
-    commands = parser.add_subparsers(dest="command", metavar="{start,stop,demo}")
+    commands = parser.add_subparsers(dest="command", metavar="{start,stop,status,demo}")
     start_parser = commands.add_parser("start", help="start Sluice (also: sluice --start)")
     _start_options(start_parser, with_models=True)
     commands.add_parser("stop", help="stop Sluice (also: sluice --stop)")
+    commands.add_parser("status", help="each service: pid, up since, restarts, last exit")
     demo = commands.add_parser("demo", help="build the demo model and serve it in the foreground")
     _start_options(demo, with_models=False)
     return parser
@@ -107,6 +109,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     if args.command == "stop":
         return stop(settings)
+    if args.command == "status":
+        return status(settings)
     if args.command == "demo":
         return _demo(args, settings)
     options = _options(args, settings, ts_config)

@@ -6,9 +6,9 @@ from pathlib import Path
 from sluice.redis_url import redacted
 
 from sluice_cli.children import log_tail
+from sluice_cli.outcome import Failure, ModelStatus, StartFailed
 from sluice_cli.runtime import PidFile, RuntimeDir
 from sluice_cli.settings import LOOPBACK, CliSettings
-from sluice_cli.status import ModelStatus, StartFailed
 
 TAIL_LINES = 20
 
@@ -71,7 +71,7 @@ def start_failed(failure: StartFailed, runtime: RuntimeDir) -> None:
     info(f"All logs are in {runtime.logs}/")
 
 
-def stopped_unexpectedly(failure: StartFailed) -> None:
+def stopped_unexpectedly(failure: Failure) -> None:
     error(f"{failure.reason}; stopping Sluice")
     for path in failure.logs:
         _print_tail(Path(path))

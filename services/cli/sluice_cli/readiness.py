@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sluice import keys, registry
 from sluice.records import StartupReport, VersionRecord, WorkerRecord, WorkerStatus
 
-from sluice_cli.status import ModelStatus, StartFailed
+from sluice_cli.outcome import ModelStatus, StartFailed
 
 # A startup model whose workers failed this many times in a row will not come up: stop waiting.
 FAILURES_BEFORE_GIVING_UP = 3

@@ -87,6 +87,16 @@ class ProcessRef(BaseModel):
         return self.process() is not None
 
 
+class ServiceHistory(BaseModel):
+    """What the supervisor saw of one service since the start."""
+
+    restarts: int = 0
+    last_exit_code: int | None = None
+    last_exit_unix_ms: int | None = None
+    # Why it is no longer restarted (a crash loop); empty while it is.
+    given_up: str = ""
+
+
 class PidFile(BaseModel):
     runtime_dir: str
     started_unix_ms: int
@@ -96,8 +106,10 @@ class PidFile(BaseModel):
     gateway_target: str = ""
     # Processes in start order; `sluice stop` goes through them in reverse.
     processes: list[ProcessRef] = []
-    # The `sluice start --foreground` process that owns them: `sluice stop` asks it to stop them.
-    owner: ProcessRef | None = None
+    # The process that supervises them (the detached supervisor, or `sluice start --foreground`):
+    # `sluice stop` asks it to stop them, so that nothing is restarted meanwhile.
+    supervisor: ProcessRef | None = None
+    history: dict[str, ServiceHistory] = {}
     # The key file the manager writes (token authorization on); `sluice stop` deletes it.
     key_file: str = ""
 
@@ -128,11 +140,19 @@ class PidFile(BaseModel):
         write_private(path, self.model_dump_json(indent=2))
 
     def live(self) -> list[ProcessRef]:
-        owner = [self.owner] if self.owner is not None else []
-        return [ref for ref in [*owner, *self.processes] if ref.alive()]
+        supervisor = [self.supervisor] if self.supervisor is not None else []
+        return [ref for ref in [*supervisor, *self.processes] if ref.alive()]
 
     def get(self, name: str) -> ProcessRef | None:
         return next((ref for ref in self.processes if ref.name == name), None)
+
+    def replace(self, ref: ProcessRef) -> None:
+        """Put ``ref`` in the place of the process of the same name (a restart keeps the order)."""
+        index = next(i for i, old in enumerate(self.processes) if old.name == ref.name)
+        self.processes[index] = ref
+
+    def history_of(self, name: str) -> ServiceHistory:
+        return self.history.setdefault(name, ServiceHistory())
 
 
 def write_private(path: Path, text: str) -> None:

@@ -91,7 +91,11 @@ def redis_command(port: int, data_dir: Path, config: Path, socket: Path | None =
 
 
 def port_in_use(host: str, port: int) -> bool:
+    """Whether something listens on ``host:port``. With ``SO_REUSEADDR`` (which redis-server, grpc
+    and aiohttp set on their listeners too) the bind fails only for a listener, not for connections
+    of a stopped server left in TIME-WAIT: a `sluice start` right after `sluice stop` works."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:

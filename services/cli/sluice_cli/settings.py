@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar
 from urllib.parse import quote
 
 from sluice.auth_settings import AuthSettings
-from sluice.typed import Bounds, PositiveFloat
+from sluice.typed import Bounds, NonNegativeInt, PositiveFloat
 
 # A port to listen on or connect to (never 0: the CLI must know it).
 FixedPort = Annotated[int, Bounds(ge=1, le=65535)]
@@ -32,6 +32,8 @@ class CliSettings(AuthSettings):
         "sluice_redis_url": "external_redis_url",
         "sluice_redis_port": "redis_port",
         "sluice_worker_stop_timeout_s": "worker_stop_timeout_s",
+        "sluice_log_max_bytes": "log_max_bytes",
+        "sluice_log_backups": "log_backups",
     }
 
     grpc_inference_address: str = LOOPBACK
@@ -47,6 +49,9 @@ class CliSettings(AuthSettings):
     external_redis_url: str = ""
     redis_port: FixedPort = 6399
     worker_stop_timeout_s: PositiveFloat = 30.0
+    # Rotation of the logs under <home>/logs (TorchServe's log4j2.xml: 100 MB, 5 files); 0: never.
+    log_max_bytes: NonNegativeInt = 100 * 1024 * 1024
+    log_backups: NonNegativeInt = 5
     # Runtime folder (SLUICE_HOME): pid file, logs, Redis data, unpacked models.
     home: Path = Path("var")
 

@@ -1,40 +1,25 @@
-"""``sluice start``: private Redis (unless ``sluice_redis_url``), manager, gateway; wait until they
-serve; print where everything listens; return, or stay attached with ``--foreground``."""
+"""``sluice start``: check the ports, plan the services (a private Redis unless ``sluice_redis_url``,
+the manager, the gateway) and hand them to a supervisor that restarts them when they crash: a
+detached one that answers once Sluice serves (the default), or this process with ``--foreground``."""
 
 import signal
+import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
+
+from sluice.log import configure_logging
 
 from sluice_cli import output
-from sluice_cli.children import Children
+from sluice_cli.children import exit_description
+from sluice_cli.outcome import GaveUp, Interrupted, StartFailed
+from sluice_cli.plan import StartReport, SupervisorPlan, build_plan
 from sluice_cli.runtime import PidFile, RuntimeDir, remove_pid_file, this_process
-from sluice_cli.services import (
-    StartOptions,
-    clear_redis_data,
-    port_in_use,
-    python_service,
-    redis_command,
-    service_env,
-    write_redis_config,
-)
+from sluice_cli.services import StartOptions, port_in_use
 from sluice_cli.settings import LOOPBACK, CliSettings
-from sluice_cli.status import ModelStatus, StartFailed
-from sluice_cli.stop import stop_all
-
-REDIS_START_TIMEOUT_S = 10.0
-# Time for the services to come up, on top of the models' startup timeout.
-SERVICES_START_MARGIN_S = 30.0
-
-
-class Interrupted(Exception):
-    """Ctrl-C or SIGTERM: stop in order."""
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted()
+from sluice_cli.stop import stop_all, stop_budget_s
+from sluice_cli.supervise import MARKER
+from sluice_cli.supervisor import Supervisor, interrupt_on_signals
 
 
 def start(
@@ -51,29 +36,11 @@ def start(
     if problem:
         output.error(problem)
         return 1
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
-    private = not settings.external_redis_url
-    password = write_redis_config(runtime.redis_config) if private else ""
-    redis_url = settings.service_redis_url(runtime.redis_socket, password)
-    state = PidFile.new(runtime, redis_url, private_redis=private, gateway_target=settings.gateway_target)
+    plan = build_plan(settings, options, environ, runtime, fresh=fresh)
+    interrupt_on_signals()
     if foreground:
-        state.owner = this_process("cli", "sluice")
-    children = Children()
-    try:
-        statuses = _launch(settings, options, environ, runtime, state, children, fresh=fresh)
-    except StartFailed as failure:
-        output.start_failed(failure, runtime)
-        _stop(state, children, settings, runtime)
-        return 1
-    except Interrupted:
-        output.info("Interrupted; stopping what was started.")
-        _stop(state, children, settings, runtime)
-        return 130
-    output.serving(settings, runtime, state, statuses)
-    if not foreground:
-        return 0
-    return _attached(state, children, settings, runtime)
+        return _foreground(settings, plan)
+    return _detached(settings, plan)
 
 
 def _preflight(settings: CliSettings, options: StartOptions) -> str:
@@ -101,130 +68,93 @@ def _local_host(host: str) -> str:
     return LOOPBACK if host in ("0.0.0.0", "::", "") else host
 
 
-def _launch(
-    settings: CliSettings,
-    options: StartOptions,
-    environ: Mapping[str, str],
-    runtime: RuntimeDir,
-    state: PidFile,
-    children: Children,
-    *,
-    fresh: bool,
-) -> list[ModelStatus]:
-    key_file = settings.key_file.absolute() if token_auth_on(settings, options) else None
-    state.key_file = str(key_file or "")
-    env = service_env(environ, options, home=runtime.home, redis_url=state.redis_url, key_file=key_file)
-    if state.private_redis:
-        if fresh:
-            clear_redis_data(runtime.redis_data)
-        command = redis_command(
-            settings.redis_port, runtime.redis_data, runtime.redis_config, runtime.redis_socket
-        )
-        _spawn(state, children, runtime, "redis", command, env, marker="redis-server")
-    # The services start while Redis comes up: their imports take far longer than Redis's start, and
-    # both wait out a Redis that does not answer yet.
-    _spawn(
-        state, children, runtime, "manager", python_service("sluice_manager"), env, marker="sluice_manager"
-    )
-    _spawn(
-        state, children, runtime, "gateway", python_service("sluice_gateway"), env, marker="sluice_gateway"
-    )
-    if state.private_redis:
-        _wait_for_redis(state.redis_url, state, children)
-    manager = state.get("manager")
-    assert manager is not None
-    # Imported once the children run: grpc and redis take a good part of the CLI's own start.
-    import redis
-
-    from sluice_cli.readiness import wait_until_ready
-
-    client = redis.Redis.from_url(state.redis_url, socket_timeout=2.0)
-    try:
-        return wait_until_ready(
-            client,
-            gateway_target=settings.gateway_target,
-            manager_pid=manager.pid,
-            logs_dir=runtime.logs,
-            timeout_s=settings.default_startup_timeout_s + SERVICES_START_MARGIN_S,
-            check_children=lambda: _check_children(state, children),
-        )
-    finally:
-        client.close()
-
-
-def token_auth_on(settings: CliSettings, options: StartOptions) -> bool:
-    """--disable-token-auth can only switch token authorization off."""
-    return settings.token_auth_enabled and not options.disable_token_auth
-
-
-def _spawn(
-    state: PidFile,
-    children: Children,
-    runtime: RuntimeDir,
-    name: str,
-    argv: list[str],
-    env: Mapping[str, str],
-    *,
-    marker: str,
-) -> None:
-    try:
-        ref = children.spawn(name, argv, env=env, log_file=runtime.log_file(name), marker=marker)
-    except OSError as exc:
-        raise StartFailed(f"could not run {argv[0]}: {exc.strerror}") from None
-    state.processes.append(ref)
-    # Written after each child, so that `sluice stop` can clean up even after a half-done start.
-    state.write(runtime.pid_file)
-
-
-def _wait_for_redis(url: str, state: PidFile, children: Children) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
-    deadline = time.monotonic() + REDIS_START_TIMEOUT_S
-    try:
-        while time.monotonic() < deadline:
-            _check_children(state, children)
-            try:
-                if client.ping():
-                    return
-            except redis.RedisError:
-                time.sleep(0.05)
-    finally:
-        client.close()
-    ref = state.get("redis")
-    raise StartFailed("redis-server did not answer", [Path(ref.log_file)] if ref else [])
-
-
-def _check_children(state: PidFile, children: Children) -> None:
-    for ref in state.processes:
-        if not children.running(ref):
-            code = children.exit_code(ref)
-            suffix = f" with code {code}" if code is not None else ""
-            raise StartFailed(f"the {ref.name} exited{suffix}", [Path(ref.log_file)])
-
-
-def _attached(state: PidFile, children: Children, settings: CliSettings, runtime: RuntimeDir) -> int:
-    output.info("Running in the foreground; Ctrl-C stops Sluice.")
-    try:
-        while True:
-            try:
-                _check_children(state, children)
-            except StartFailed as failure:
-                output.stopped_unexpectedly(failure)
-                _stop(state, children, settings, runtime)
-                return 1
-            time.sleep(0.5)
-    except Interrupted:
-        output.info("Stopping Sluice ...")
-        _stop(state, children, settings, runtime)
-        output.info("Sluice stopped.")
+def _foreground(settings: CliSettings, plan: SupervisorPlan) -> int:
+    """Supervise from this process: a crash loop stops Sluice and exits 1."""
+    runtime = plan.runtime
+    with open(runtime.log_file("supervisor"), "a", encoding="utf-8") as log:
+        configure_logging("supervisor", stream=log)
+        supervisor = Supervisor(plan, stop_on_give_up=True, notify=output.error)
+        try:
+            supervisor.launch(this_process("supervisor", "sluice"))
+            statuses = supervisor.wait_until_serving()
+        except StartFailed as failure:
+            output.start_failed(failure, runtime)
+            supervisor.stop()
+            return 1
+        except Interrupted:
+            output.info("Interrupted; stopping what was started.")
+            supervisor.stop()
+            return 130
+        output.serving(settings, runtime, plan.state, statuses)
+        output.info("Running in the foreground; Ctrl-C stops Sluice.")
+        try:
+            supervisor.run()
+        except GaveUp as failure:
+            output.stopped_unexpectedly(failure)
+            supervisor.stop()
+            return 1
+        except Interrupted:
+            output.info("Stopping Sluice ...")
+            supervisor.stop()
+            output.info("Sluice stopped.")
         return 0
 
 
-def _stop(state: PidFile, children: Children, settings: CliSettings, runtime: RuntimeDir) -> None:
-    # An orderly stop must not be cut short by a second Ctrl-C; every wait in it is bounded.
+def _detached(settings: CliSettings, plan: SupervisorPlan) -> int:
+    """Hand the plan to a detached supervisor and relay its answer."""
+    runtime = plan.runtime
+    process = None
+    try:
+        with open(runtime.log_file("supervisor"), "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", MARKER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
+        assert process.stdin is not None
+        assert process.stdout is not None
+        with process.stdin:
+            process.stdin.write(plan.model_dump_json().encode())
+        line = process.stdout.readline()
+    except Interrupted:
+        output.info("Interrupted; stopping what was started.")
+        if process is not None:
+            _wait_for_supervisor(process, plan, interrupt=True)
+        return 130
+    if not line:
+        code = _wait_for_supervisor(process, plan)
+        output.start_failed(
+            StartFailed(f"the supervisor {exit_description(code)}", [runtime.log_file("supervisor")]), runtime
+        )
+        return 1
+    report = StartReport.model_validate_json(line)
+    if not report.ok:
+        output.start_failed(StartFailed(report.reason, [Path(path) for path in report.logs]), runtime)
+        _wait_for_supervisor(process, plan)
+        return 1
+    output.serving(settings, runtime, plan.state, report.statuses)
+    return 0
+
+
+def _wait_for_supervisor(
+    process: "subprocess.Popen[bytes]", plan: SupervisorPlan, *, interrupt: bool = False
+) -> int | None:
+    """Wait (bounded) until the supervisor has stopped what it started (asking it to, with
+    ``interrupt``); if it does not, stop what the pid file lists here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    stop_all(state, settings, children)
-    remove_pid_file(runtime.pid_file)
-    sys.stdout.flush()
+    if interrupt and process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout=stop_budget_s(plan.worker_stop_timeout_s))
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    # A supervisor that stopped what it started removed the pid file.
+    state = PidFile.read(plan.runtime.pid_file)
+    if state is not None:
+        stop_all(state, plan.worker_stop_timeout_s)
+        remove_pid_file(plan.runtime.pid_file)
+    return process.returncode

@@ -1,6 +1,8 @@
-"""``sluice stop``: gateway, then manager (which stops its workers), then Redis, each by pid with a
-bounded wait; workers a dead manager left behind are killed before Redis goes."""
+"""``sluice stop``: the supervisor first (it stops the services itself, so nothing restarts them
+meanwhile), then whatever is left: gateway, then manager (which stops its workers), then Redis, each by
+pid with a bounded wait; workers a dead manager left behind are killed before Redis goes."""
 
+import contextlib
 import json
 import os
 import signal
@@ -31,32 +33,44 @@ def stop(settings: CliSettings) -> int:
         output.info("Sluice is not running.")
         return 0
     output.info("Stopping Sluice ...")
-    _stop_owner(state, runtime, settings)
-    stop_all(state, settings)
+    _stop_supervisor(state, settings.worker_stop_timeout_s)
+    # Read again: the supervisor may have restarted a service since (and if it stopped everything,
+    # it removed the file; what the first read listed is then gone too).
+    state = PidFile.read(runtime.pid_file) or state
+    stop_all(state, settings.worker_stop_timeout_s)
     remove_pid_file(runtime.pid_file)
     output.info("Sluice stopped.")
     return 0
 
 
-def _stop_owner(state: PidFile, runtime: RuntimeDir, settings: CliSettings) -> None:
-    """A `sluice start --foreground` owns the processes: ask it to stop them, in order, and wait."""
-    owner = state.owner
-    if owner is None or owner.pid == os.getpid() or owner.process() is None:
+def _stop_supervisor(state: PidFile, worker_stop_timeout_s: float) -> None:
+    """Ask the supervisor (the detached one, or `sluice start --foreground`) to stop the services in
+    order, and wait; one that does not stop in time is killed, so that it restarts nothing while the
+    services are stopped here."""
+    supervisor = state.supervisor
+    if supervisor is None or supervisor.pid == os.getpid() or supervisor.process() is None:
         return
-    os.kill(owner.pid, signal.SIGTERM)
-    budget_s = GATEWAY_STOP_TIMEOUT_S + REDIS_STOP_TIMEOUT_S + settings.worker_stop_timeout_s
-    budget_s += MANAGER_STOP_MARGIN_S
-    deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline and owner.alive():
+    os.kill(supervisor.pid, signal.SIGTERM)
+    deadline = time.monotonic() + stop_budget_s(worker_stop_timeout_s)
+    while time.monotonic() < deadline and supervisor.alive():
         time.sleep(0.1)
+    hung = supervisor.process()
+    if hung is not None:
+        with contextlib.suppress(psutil.Error):
+            hung.kill()
 
 
-def stop_all(state: PidFile, settings: CliSettings, children: Children | None = None) -> None:
+def stop_budget_s(worker_stop_timeout_s: float) -> float:
+    """How long stopping every service in order may take."""
+    return GATEWAY_STOP_TIMEOUT_S + REDIS_STOP_TIMEOUT_S + worker_stop_timeout_s + MANAGER_STOP_MARGIN_S
+
+
+def stop_all(state: PidFile, worker_stop_timeout_s: float, children: Children | None = None) -> None:
     """Stop what ``state`` lists, in reverse start order."""
     for ref in reversed(state.processes):
         if ref.name == "redis":
             kill_leftover_workers(state.redis_url)
-        stop_process(ref, _timeout_s(ref, settings), children)
+        stop_process(ref, _timeout_s(ref, worker_stop_timeout_s), children)
     if not state.private_redis:
         kill_leftover_workers(state.redis_url)
     if state.key_file:
@@ -64,9 +78,9 @@ def stop_all(state: PidFile, settings: CliSettings, children: Children | None = 
         remove_key_file(Path(state.key_file))
 
 
-def _timeout_s(ref: ProcessRef, settings: CliSettings) -> float:
+def _timeout_s(ref: ProcessRef, worker_stop_timeout_s: float) -> float:
     if ref.name == "manager":
-        return settings.worker_stop_timeout_s + MANAGER_STOP_MARGIN_S
+        return worker_stop_timeout_s + MANAGER_STOP_MARGIN_S
     if ref.name == "gateway":
         return GATEWAY_STOP_TIMEOUT_S
     return REDIS_STOP_TIMEOUT_S

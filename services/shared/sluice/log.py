@@ -3,12 +3,19 @@ Request context (request_id, model, version, worker) is bound through contextvar
 
 import logging
 import sys
-from typing import Literal
+from typing import Literal, TextIO
 
 import structlog
 
 
-def configure_logging(service: str, fmt: Literal["console", "json"] = "console", level: str = "info") -> None:
+def configure_logging(
+    service: str,
+    fmt: Literal["console", "json"] = "console",
+    level: str = "info",
+    stream: TextIO | None = None,
+) -> None:
+    """Log to ``stream`` (stderr unless given: the services' stderr is their log file)."""
+    stream = stream or sys.stderr
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
@@ -20,14 +27,14 @@ def configure_logging(service: str, fmt: Literal["console", "json"] = "console",
     structlog.configure(
         processors=[*shared, structlog.processors.dict_tracebacks if fmt == "json" else _noop, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
     structlog.contextvars.bind_contextvars(service=service)
     # Libraries (and TorchServe handlers) log through the standard library: same stream, one line each.
     logging.basicConfig(
         level=level.upper(),
-        stream=sys.stderr,
+        stream=stream,
         format=f"%(asctime)s {service} %(name)s %(levelname)s %(message)s",
     )
 

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 from sluice_cli.main import build_parser, normalize
+from sluice_cli.plan import build_plan
+from sluice_cli.runtime import RuntimeDir
 from sluice_cli.services import StartOptions, redis_command, service_env, write_redis_config
 from sluice_cli.settings import CliSettings
 
@@ -149,3 +151,19 @@ def test_cli_settings_from_config_properties(tmp_path: Path, monkeypatch: pytest
     assert defaults.home == Path("var")
     monkeypatch.setenv("SLUICE_HOME", os.fspath(tmp_path / "h"))
     assert CliSettings().home == tmp_path / "h"
+
+
+def test_log_rotation_limits_reach_the_supervisor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TS_CONFIG_FILE", "SLUICE_LOG_MAX_BYTES", "SLUICE_LOG_BACKUPS"):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "config.properties"
+    monkeypatch.setenv("SLUICE_TS_CONFIG", str(config))
+    config.write_text("")
+    defaults = CliSettings()
+    assert (defaults.log_max_bytes, defaults.log_backups) == (100 * 1024 * 1024, 5)  # TorchServe's log4j2
+    config.write_text("sluice_log_max_bytes=1048576\nsluice_log_backups=2\n")
+    runtime = RuntimeDir.at(tmp_path / "var")
+    runtime.prepare()
+    plan = build_plan(CliSettings(), StartOptions(), {}, runtime, fresh=False)
+    assert (plan.log_max_bytes, plan.log_backups) == (1048576, 2)
+    assert [service.name for service in plan.services] == ["redis", "manager", "gateway"]

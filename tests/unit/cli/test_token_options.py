@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 from sluice_cli import output
+from sluice_cli.plan import token_auth_on
 from sluice_cli.runtime import PidFile
 from sluice_cli.services import StartOptions, service_env
 from sluice_cli.settings import CliSettings
-from sluice_cli.start import token_auth_on
 
 
 @pytest.fixture(autouse=True)
