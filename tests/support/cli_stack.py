@@ -109,7 +109,7 @@ class Stack:
                 pids += [child.pid for child in psutil.Process(pid).children(recursive=True)]
         with contextlib.closing(self.redis()) as client:
             launched = cast(dict[bytes, bytes], client.hgetall(keys.LAUNCHED_WORKERS))
-        pids += [int(json.loads(raw)["pid"]) for raw in launched.values()]
+        pids += [int(json.loads(raw)["handle"]) for raw in launched.values()]
         return sorted(set(pids))
 
     def worker_pids(self, model: str, version: str = "1.0") -> dict[str, int]:
