@@ -147,7 +147,7 @@ async def test_describe_jobs_get_the_raw_describe_output(
 
 
 async def test_unsupported_protocols_fail_cleanly(echo: VersionRecord, client: "aioredis.Redis") -> None:
-    job_id, replies = await _call(client, {}, protocol=4)  # type: ignore[arg-type]  # reserved, unused
+    job_id, replies = await _call(client, {}, protocol=4)  # reserved, unused
     reply = await replies.final(job_id)
     assert (reply.error_code, reply.status_code) == (ErrorCode.INTERNAL.value, 500)
     assert "protocol 4" in reply.message
