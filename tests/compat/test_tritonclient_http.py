@@ -14,8 +14,8 @@ import pytest
 import redis
 import tritonclient.http as httpclient
 from sluice import keys, registry
+from sluice.kserve.declaration import parse_model_tensors
 from sluice.records import StartupReport, VersionRecord
-from sluice.v2_declaration import parse_model_tensors
 from tritonclient.utils import InferenceServerException
 
 from tests.support.models import ModelSpec, write_model_dir

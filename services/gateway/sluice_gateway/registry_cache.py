@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
 from sluice import keys, registry
+from sluice.cancellation import cancel_and_wait
 from sluice.control_redis import ControlRedis
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.records import VersionRecord
 from sluice.redis_errors import RedisError
-from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.backoff import Backoff
 from sluice_gateway.jobs import UNAVAILABLE_MESSAGE

@@ -10,12 +10,12 @@ is reset.
 import asyncio
 from typing import Any
 
+from sluice.cancellation import cancel_and_wait
 from sluice.envelope import FIELD, EnvelopeError, decode_reply
 from sluice.errors import SluiceError
 from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError
-from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.backoff import Backoff
 from sluice_gateway.waiters import StreamWaiter, UnaryWaiter, Waiter

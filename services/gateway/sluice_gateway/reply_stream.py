@@ -9,11 +9,11 @@ import asyncio
 from pathlib import Path
 
 from sluice import keys
+from sluice.cancellation import cancel_and_wait
 from sluice.control_redis import ControlRedis
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.redis_errors import RedisError
-from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.reply_bus import ReplyBus
 

@@ -8,9 +8,9 @@ model batches (``max_batch_size > 0``), config ``dims`` never carry the batch di
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sluice.kserve.datatypes import DATATYPES
+from sluice.kserve.declaration import TensorSpec
 from sluice.records import VersionRecord
-from sluice.v2_datatypes import DATATYPES
-from sluice.v2_declaration import TensorSpec
 
 SERVER_NAME = "sluice"
 # The KServe/Triton extensions Sluice implements, exactly (ServerMetadata.extensions).

@@ -14,8 +14,8 @@ import struct
 from collections.abc import Mapping
 
 from sluice.errors import ErrorCode, SluiceError
-from sluice.v2_datatypes import BYTES, DATATYPES, element_count, shape_text
-from sluice.v2_declaration import ModelTensors, TensorSpec
+from sluice.kserve.datatypes import BYTES, DATATYPES, element_count, shape_text
+from sluice.kserve.declaration import ModelTensors, TensorSpec
 
 from sluice_gateway.v2_request import InputTensor, RequestedOutput, V2Request
 

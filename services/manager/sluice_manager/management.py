@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from sluice import keys, names, registry
+from sluice.cancellation import cancel_and_wait
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.log import get_logger
 from sluice.records import VersionRecord, VersionState, event
-from sluice.tasks import cancel_and_wait
 
 from sluice_manager.describe_job import DescribeJobs
 from sluice_manager.fetch import URL_REQUIRED

@@ -19,8 +19,8 @@ from typing import Any
 
 from sluice import names
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve.declaration import ModelTensors, parse_model_tensors
 from sluice.records import BatchPolicy, VersionRecord
-from sluice.v2_declaration import ModelTensors, parse_model_tensors
 
 from sluice_manager.archives import printable
 from sluice_manager.manifest import ArchiveContents

@@ -11,8 +11,8 @@ from typing import Any
 
 import structlog
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve.declaration import ModelTensors
 from sluice.log import get_logger
-from sluice.v2_declaration import ModelTensors
 
 from sluice_worker import frames, protocols, runtime
 from sluice_worker.batch_policy import Batching, Run, is_expired, next_step, split_batches

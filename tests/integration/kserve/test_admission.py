@@ -12,11 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 from sluice import keys
 from sluice.envelope import Job, Reply
+from sluice.kserve.declaration import ModelTensors
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
-from sluice.v2_declaration import ModelTensors
 
 from tests.integration.kserve.conftest import ADD_ONE, jobs_queued, kserve_ok, register
 from tests.support.eventually import eventually

@@ -14,9 +14,9 @@ import grpc
 import numpy as np
 import pytest
 import redis.asyncio as aioredis
+from sluice.kserve.datatypes import DATATYPES
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
-from sluice.v2_datatypes import DATATYPES
 from sluice_gateway.app import Gateway
 
 from tests.integration.gateway.conftest import make_settings

@@ -2,8 +2,8 @@
 
 import dataclasses
 
+from sluice.kserve.declaration import ModelTensors, TensorSpec
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v2_declaration import ModelTensors, TensorSpec
 from sluice_gateway.grpc_api import kserve_codec
 from sluice_gateway.v2_metadata import EXTENSIONS, model_config, model_metadata
 from sluice_gateway.v2_readiness import startup_complete, version_ready

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve.datatypes import DATATYPES
+from sluice.kserve.declaration import ModelTensors, TensorSpec
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v2_datatypes import DATATYPES
-from sluice.v2_declaration import ModelTensors, TensorSpec
 from sluice_gateway.grpc_api.kserve_codec import to_v2_request
 from sluice_gateway.v2_validation import check_request
 

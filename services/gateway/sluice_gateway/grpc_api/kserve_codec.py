@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping
 
 from google.protobuf.message import DecodeError
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve.datatypes import CONTENTS_FIELDS
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v2_datatypes import CONTENTS_FIELDS
 
 from sluice_gateway.v2_metadata import ModelConfigView, ModelMetadata, TensorMetadata
 from sluice_gateway.v2_request import InputTensor, Parameter, ParameterKind, RequestedOutput, V2Request

@@ -6,8 +6,8 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from sluice.cancellation import cancel_and_wait
 from sluice.log import get_logger
-from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.settings import GatewaySettings
 

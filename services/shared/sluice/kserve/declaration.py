@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from sluice.kserve.datatypes import DATATYPES
 from sluice.typed import Checked
-from sluice.v2_datatypes import DATATYPES
 
 SECTION = "sluice"
 _SECTION_KEYS = {

@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 import yaml
+from sluice.kserve.declaration import ModelTensors, TensorSpec, parse_model_tensors
 from sluice.records import VersionRecord
-from sluice.v2_declaration import ModelTensors, TensorSpec, parse_model_tensors
 
 FULL = """
 sluice:
