@@ -24,17 +24,18 @@ from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError
 
 from sluice_gateway.dataplane import DataPlane
-from sluice_gateway.grpc_api import kserve, torchserve
+from sluice_gateway.grpc_api import torchserve
 from sluice_gateway.grpc_api.server import Readiness, add_reflection, create_server
 from sluice_gateway.health import ModelHealth, redis_answers
 from sluice_gateway.job_queue import RedisJobQueue
+from sluice_gateway.kserve import grpc as kserve_grpc
+from sluice_gateway.kserve.service import V2Service
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import RegistryCache, RegistryEvents
 from sluice_gateway.reply_bus import ReplyBus
 from sluice_gateway.reply_stream import ReplyStreamKeeper
 from sluice_gateway.security import gateway_security, warn_exposure
 from sluice_gateway.settings import GatewaySettings
-from sluice_gateway.v2_service import V2Service
 
 if TYPE_CHECKING:
     from sluice.http_listener import HttpListener
@@ -107,11 +108,11 @@ class Gateway:
                 max_request_size=settings.max_request_size,
             ),
         )
-        kserve.add_to_server(
+        kserve_grpc.add_to_server(
             self.server,
-            kserve.KServeInference(self.v2, stream_max_in_flight=settings.kserve_stream_max_in_flight),
+            kserve_grpc.KServeInference(self.v2, stream_max_in_flight=settings.kserve_stream_max_in_flight),
         )
-        services = [torchserve.SERVICE_NAME, *kserve.SERVICE_NAMES]
+        services = [torchserve.SERVICE_NAME, *kserve_grpc.SERVICE_NAMES]
         self.readiness = Readiness(
             self.server,
             services,
@@ -120,7 +121,7 @@ class Gateway:
         )
         if settings.enable_reflection:
             # TorchServe's OIP name has no descriptor in our pool: reflection lists the standard name.
-            add_reflection(self.server, [torchserve.SERVICE_NAME, kserve.SERVICE_NAME])
+            add_reflection(self.server, [torchserve.SERVICE_NAME, kserve_grpc.SERVICE_NAME])
         self.port = self.server.add_insecure_port(settings.bind_address)
         self._keeper = ReplyStreamKeeper(
             self.redis,

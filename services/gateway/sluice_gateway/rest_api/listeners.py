@@ -8,14 +8,14 @@ from sluice.http_listener import HttpListener, parse_address
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
+from sluice_gateway.kserve.rest import KServeRoutes
+from sluice_gateway.kserve.service import V2Service
 from sluice_gateway.metrics.http import MetricsRoutes
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import VersionResolver
-from sluice_gateway.rest_api.kserve import KServeRoutes
 from sluice_gateway.rest_api.server import create_app
 from sluice_gateway.rest_api.torchserve import TorchServeRoutes
 from sluice_gateway.settings import GatewaySettings
-from sluice_gateway.v2_service import V2Service
 
 
 def inference_listener(

@@ -13,9 +13,9 @@ from typing import Any
 
 from sluice_gateway.grpc_api.bidi_call import BidiCall
 from sluice_gateway.grpc_api.errors import as_sluice_error
-from sluice_gateway.grpc_api.kserve_codec import parse_infer_request, stream_error
-from sluice_gateway.grpc_api.kserve_wire import has_outputs, stream_response
-from sluice_gateway.v2_service import V2Service, V2Stream
+from sluice_gateway.kserve.grpc_codec import parse_infer_request, stream_error
+from sluice_gateway.kserve.grpc_wire import has_outputs, stream_response
+from sluice_gateway.kserve.service import V2Service, V2Stream
 
 
 def send_final(stream: V2Stream, payload: bytes) -> bool:

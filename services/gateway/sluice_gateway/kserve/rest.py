@@ -1,17 +1,17 @@
 """KServe v2 REST (the Open Inference Protocol's HTTP form, with Triton's binary tensor data extension)
-on the transport-agnostic :class:`~sluice_gateway.v2_service.V2Service` the gRPC servicer uses.
+on the transport-agnostic :class:`~sluice_gateway.kserve.service.V2Service` the gRPC servicer uses.
 Errors answer ``{"error": "<message>"}`` (see :mod:`.errors`)."""
 
 from aiohttp import web
 
-from sluice_gateway.grpc_api.kserve_codec import model_config, statistics, to_v2_request
-from sluice_gateway.rest_api.kserve_codec import (
+from sluice_gateway.kserve.grpc_codec import model_config, statistics, to_v2_request
+from sluice_gateway.kserve.rest_codec import (
     HEADER_LENGTH,
     infer_response_body,
     message_json,
     parse_infer_request,
 )
-from sluice_gateway.v2_service import V2Service
+from sluice_gateway.kserve.service import V2Service
 
 
 def _model(request: web.Request) -> tuple[str, str]:

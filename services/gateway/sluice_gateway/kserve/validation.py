@@ -17,7 +17,7 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.kserve.datatypes import BYTES, DATATYPES, element_count, shape_text
 from sluice.kserve.declaration import ModelTensors, TensorSpec
 
-from sluice_gateway.v2_request import InputTensor, RequestedOutput, V2Request
+from sluice_gateway.kserve.request import InputTensor, RequestedOutput, V2Request
 
 _LENGTH = struct.Struct("<I")
 

@@ -10,8 +10,8 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.kserve.datatypes import DATATYPES
 from sluice.kserve.declaration import ModelTensors, TensorSpec
 from sluice.v1 import kserve_pb2 as pb
-from sluice_gateway.grpc_api.kserve_codec import to_v2_request
-from sluice_gateway.v2_validation import check_request
+from sluice_gateway.kserve.grpc_codec import to_v2_request
+from sluice_gateway.kserve.validation import check_request
 
 Input = pb.ModelInferRequest.InferInputTensor
 

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError, Message
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1 import kserve_pb2 as pb
 
-from sluice_gateway.rest_api.kserve_tensors import pack, unpack
+from sluice_gateway.kserve.rest_tensors import pack, unpack
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_DATA_SIZE = "binary_data_size"

@@ -4,7 +4,7 @@ statistics, repository index and inference over the :class:`DataPlane`.
 Transports convert their request into :class:`V2Request` (and keep the original bytes, which go to
 the worker undecoded as ``Job.request``), await one call here and convert the result back. Requests
 are checked against the version they resolve to before anything is enqueued
-(:mod:`sluice_gateway.v2_validation`). Responses are built by the worker; this layer returns them as
+(:mod:`sluice_gateway.kserve.validation`). Responses are built by the worker; this layer returns them as
 bytes.
 """
 
@@ -22,15 +22,15 @@ from sluice.redis_errors import RedisError
 
 from sluice_gateway.dataplane import DataPlane, InferenceCall
 from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
+from sluice_gateway.kserve.metadata import EXTENSIONS, SERVER_NAME, ModelConfigView, ModelMetadata
+from sluice_gateway.kserve.metadata import model_config as build_model_config
+from sluice_gateway.kserve.metadata import model_metadata as build_model_metadata
+from sluice_gateway.kserve.readiness import RegistryReadiness, version_ready
+from sluice_gateway.kserve.request import RequestOptions, V2Request, request_options
+from sluice_gateway.kserve.stats import InferenceStats, Outcome, VersionStats
+from sluice_gateway.kserve.validation import check_request
 from sluice_gateway.pending_jobs import PendingJob, StreamJob
 from sluice_gateway.registry_cache import VersionResolver, model_not_found
-from sluice_gateway.v2_metadata import EXTENSIONS, SERVER_NAME, ModelConfigView, ModelMetadata
-from sluice_gateway.v2_metadata import model_config as build_model_config
-from sluice_gateway.v2_metadata import model_metadata as build_model_metadata
-from sluice_gateway.v2_readiness import RegistryReadiness, version_ready
-from sluice_gateway.v2_request import RequestOptions, V2Request, request_options
-from sluice_gateway.v2_stats import InferenceStats, Outcome, VersionStats
-from sluice_gateway.v2_validation import check_request
 
 T = TypeVar("T")
 

@@ -3,8 +3,8 @@
 import pytest
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1 import kserve_pb2 as pb
-from sluice_gateway.grpc_api.kserve_codec import parameters
-from sluice_gateway.v2_request import Parameter, RequestOptions, request_options
+from sluice_gateway.kserve.grpc_codec import parameters
+from sluice_gateway.kserve.request import Parameter, RequestOptions, request_options
 
 
 def _options(**values: pb.InferParameter) -> RequestOptions:

@@ -1,6 +1,6 @@
 """A KServe v2 inference request as the gateway checks it, independent of the transport that carried it.
 
-The gRPC converter (``grpc_api/kserve_codec.py``) fills these from a ``ModelInferRequest``; the data
+The gRPC converter (``kserve/grpc_codec.py``) fills these from a ``ModelInferRequest``; the data
 itself is never decoded (no numpy in the gateway): raw entries are kept as bytes for their lengths and
 BYTES framing, typed contents only as element counts per ``InferTensorContents`` field.
 """

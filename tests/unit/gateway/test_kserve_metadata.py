@@ -4,11 +4,11 @@ import dataclasses
 
 from sluice.kserve.declaration import ModelTensors, TensorSpec
 from sluice.v1 import kserve_pb2 as pb
-from sluice_gateway.grpc_api import kserve_codec
-from sluice_gateway.v2_metadata import EXTENSIONS, model_config, model_metadata
-from sluice_gateway.v2_readiness import startup_complete, version_ready
-from sluice_gateway.v2_service import IndexEntry, ServerMetadata, StatsEntry
-from sluice_gateway.v2_stats import Duration, InferenceStats, Outcome
+from sluice_gateway.kserve import grpc_codec
+from sluice_gateway.kserve.metadata import EXTENSIONS, model_config, model_metadata
+from sluice_gateway.kserve.readiness import startup_complete, version_ready
+from sluice_gateway.kserve.service import IndexEntry, ServerMetadata, StatsEntry
+from sluice_gateway.kserve.stats import Duration, InferenceStats, Outcome
 
 from tests.unit.gateway.fakes import record
 
@@ -24,7 +24,7 @@ TENSORS = ModelTensors(
 
 
 def test_metadata_prepends_the_batch_dimension_and_lists_versions() -> None:
-    meta = kserve_codec.model_metadata(model_metadata(record("m", "2.0", tensors=TENSORS), {"2.0", "1.0"}))
+    meta = grpc_codec.model_metadata(model_metadata(record("m", "2.0", tensors=TENSORS), {"2.0", "1.0"}))
     assert meta == pb.ModelMetadataResponse(
         name="m",
         versions=["1.0", "2.0"],
@@ -46,7 +46,7 @@ def test_config_has_what_perf_analyzer_reads() -> None:
     rec = record(
         "m", "1.0", tensors=TENSORS, batch_size=4, max_batch_delay_ms=5, job_queue_size=50, min_workers=2
     )
-    config = kserve_codec.model_config(model_config(rec)).config
+    config = grpc_codec.model_config(model_config(rec)).config
     assert (config.name, config.platform, config.backend, config.max_batch_size) == (
         "m",
         "pytorch_torchscript",
@@ -71,7 +71,7 @@ def test_config_has_what_perf_analyzer_reads() -> None:
 
 def test_config_without_batching_and_decoupled() -> None:
     rec = record("m", "1.0", tensors=ModelTensors(decoupled=True), device_type="gpu")
-    config = kserve_codec.model_config(model_config(rec)).config
+    config = grpc_codec.model_config(model_config(rec)).config
     assert config.WhichOneof("scheduling_choice") is None
     assert config.max_batch_size == 0
     assert config.model_transaction_policy.decoupled
@@ -79,7 +79,7 @@ def test_config_without_batching_and_decoupled() -> None:
 
 
 def test_server_metadata_lists_exactly_the_implemented_extensions() -> None:
-    message = kserve_codec.server_metadata(ServerMetadata("sluice", "0.1.0", EXTENSIONS))
+    message = grpc_codec.server_metadata(ServerMetadata("sluice", "0.1.0", EXTENSIONS))
     assert list(message.extensions) == ["model_configuration", "statistics", "parameters"]
 
 
@@ -96,14 +96,14 @@ def test_statistics_accumulate_per_version() -> None:
         Duration(1, 700),
     )
     assert (got.inference_count, got.execution_count, got.last_inference_ms) == (5, 2, 9)
-    message = kserve_codec.statistics([StatsEntry("m", "1", got), StatsEntry("m", "2", stats.get("m", "2"))])
+    message = grpc_codec.statistics([StatsEntry("m", "1", got), StatsEntry("m", "2", stats.get("m", "2"))])
     assert message.model_stats[0].inference_stats.success.count == 2
     assert message.model_stats[0].last_inference == 9
     assert message.model_stats[1].inference_count == 0
 
 
 def test_repository_index() -> None:
-    message = kserve_codec.repository_index([IndexEntry("m", "1", "READY", "")])
+    message = grpc_codec.repository_index([IndexEntry("m", "1", "READY", "")])
     assert message.models[0] == pb.RepositoryIndexResponse.ModelIndex(name="m", version="1", state="READY")
 
 

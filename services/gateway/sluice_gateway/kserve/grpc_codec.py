@@ -9,10 +9,10 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.kserve.datatypes import CONTENTS_FIELDS
 from sluice.v1 import kserve_pb2 as pb
 
-from sluice_gateway.v2_metadata import ModelConfigView, ModelMetadata, TensorMetadata
-from sluice_gateway.v2_request import InputTensor, Parameter, ParameterKind, RequestedOutput, V2Request
-from sluice_gateway.v2_service import IndexEntry, ServerMetadata, StatsEntry
-from sluice_gateway.v2_stats import Duration
+from sluice_gateway.kserve.metadata import ModelConfigView, ModelMetadata, TensorMetadata
+from sluice_gateway.kserve.request import InputTensor, Parameter, ParameterKind, RequestedOutput, V2Request
+from sluice_gateway.kserve.service import IndexEntry, ServerMetadata, StatsEntry
+from sluice_gateway.kserve.stats import Duration
 
 INVALID_REQUEST = "Invalid ModelInferRequest."
 

@@ -15,10 +15,11 @@ from typing import Any
 import grpc
 from sluice.v1 import kserve_pb2 as pb
 
-from sluice_gateway.grpc_api import errors, kserve_codec
-from sluice_gateway.grpc_api.kserve_stream import StreamInferCall
-from sluice_gateway.grpc_api.kserve_wire import has_outputs
-from sluice_gateway.v2_service import V2Service
+from sluice_gateway.grpc_api import errors
+from sluice_gateway.kserve import grpc_codec
+from sluice_gateway.kserve.grpc_stream import StreamInferCall
+from sluice_gateway.kserve.grpc_wire import has_outputs
+from sluice_gateway.kserve.service import V2Service
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 TORCHSERVE_SERVICE_NAME = "org.pytorch.serve.grpc.openinference.GRPCInferenceService"
@@ -41,7 +42,7 @@ class KServeInference:
     async def server_metadata(
         self, request: pb.ServerMetadataRequest, context: Context
     ) -> pb.ServerMetadataResponse:
-        return kserve_codec.server_metadata(self._service.server_metadata())
+        return grpc_codec.server_metadata(self._service.server_metadata())
 
     async def model_ready(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
         return pb.ModelReadyResponse(ready=await self._service.model_ready(request.name, request.version))
@@ -49,29 +50,29 @@ class KServeInference:
     async def model_metadata(
         self, request: pb.ModelMetadataRequest, context: Context
     ) -> pb.ModelMetadataResponse:
-        return kserve_codec.model_metadata(await self._service.model_metadata(request.name, request.version))
+        return grpc_codec.model_metadata(await self._service.model_metadata(request.name, request.version))
 
     async def model_config(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
-        return kserve_codec.model_config(await self._service.model_config(request.name, request.version))
+        return grpc_codec.model_config(await self._service.model_config(request.name, request.version))
 
     async def model_statistics(
         self, request: pb.ModelStatisticsRequest, context: Context
     ) -> pb.ModelStatisticsResponse:
-        return kserve_codec.statistics(await self._service.statistics(request.name, request.version))
+        return grpc_codec.statistics(await self._service.statistics(request.name, request.version))
 
     async def repository_index(
         self, request: pb.RepositoryIndexRequest, context: Context
     ) -> pb.RepositoryIndexResponse:
-        return kserve_codec.repository_index(await self._service.repository_index(request.ready))
+        return grpc_codec.repository_index(await self._service.repository_index(request.ready))
 
     async def model_infer(self, raw: bytes, context: Context) -> bytes:
-        request = kserve_codec.parse_infer_request(raw)
+        request = grpc_codec.parse_infer_request(raw)
         return await self._service.infer(request, raw, context.time_remaining())
 
     async def model_infer_stream(self, raw: bytes, context: Context) -> AsyncIterator[bytes]:
         """MAX's server-streaming rpc: the request's responses, then OK; a failure ends it with a status.
         A closing response without outputs (end marker of a decoupled request) is not sent."""
-        request = kserve_codec.parse_infer_request(raw)
+        request = grpc_codec.parse_infer_request(raw)
         stream = await self._service.open_stream(request, raw, context.time_remaining())
         sent = False
         async with aclosing(stream.replies()) as replies:
