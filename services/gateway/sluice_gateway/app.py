@@ -24,7 +24,6 @@ from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError
 
 from sluice_gateway.dataplane import DataPlane
-from sluice_gateway.grpc_api import torchserve
 from sluice_gateway.grpc_api.server import Readiness, add_reflection, create_server
 from sluice_gateway.health import ModelHealth, redis_answers
 from sluice_gateway.job_queue import RedisJobQueue
@@ -36,6 +35,7 @@ from sluice_gateway.reply_bus import ReplyBus
 from sluice_gateway.reply_stream import ReplyStreamKeeper
 from sluice_gateway.security import gateway_security, warn_exposure
 from sluice_gateway.settings import GatewaySettings
+from sluice_gateway.torchserve import grpc as torchserve_grpc
 
 if TYPE_CHECKING:
     from sluice.http_listener import HttpListener
@@ -99,9 +99,9 @@ class Gateway:
         """Bind and start serving; returns the bound port."""
         settings = self.settings
         self.server = create_server(settings, self._interceptors)
-        torchserve.add_to_server(
+        torchserve_grpc.add_to_server(
             self.server,
-            torchserve.TorchServeInference(
+            torchserve_grpc.TorchServeInference(
                 self.plane,
                 ModelHealth(self.redis),
                 stream2_max_in_flight=settings.stream2_max_in_flight,
@@ -112,7 +112,7 @@ class Gateway:
             self.server,
             kserve_grpc.KServeInference(self.v2, stream_max_in_flight=settings.kserve_stream_max_in_flight),
         )
-        services = [torchserve.SERVICE_NAME, *kserve_grpc.SERVICE_NAMES]
+        services = [torchserve_grpc.SERVICE_NAME, *kserve_grpc.SERVICE_NAMES]
         self.readiness = Readiness(
             self.server,
             services,
@@ -121,7 +121,7 @@ class Gateway:
         )
         if settings.enable_reflection:
             # TorchServe's OIP name has no descriptor in our pool: reflection lists the standard name.
-            add_reflection(self.server, [torchserve.SERVICE_NAME, kserve_grpc.SERVICE_NAME])
+            add_reflection(self.server, [torchserve_grpc.SERVICE_NAME, kserve_grpc.SERVICE_NAME])
         self.port = self.server.add_insecure_port(settings.bind_address)
         self._keeper = ReplyStreamKeeper(
             self.redis,

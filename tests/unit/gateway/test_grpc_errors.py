@@ -9,7 +9,7 @@ from google.rpc import error_details_pb2
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 from sluice_gateway.grpc_api import errors
-from sluice_gateway.grpc_api.torchserve_codec import (
+from sluice_gateway.torchserve.grpc_codec import (
     error_response,
     parse_request,
     sequence_headers,

@@ -14,8 +14,8 @@ from sluice_gateway.metrics.http import MetricsRoutes
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import VersionResolver
 from sluice_gateway.rest_api.server import create_app
-from sluice_gateway.rest_api.torchserve import TorchServeRoutes
 from sluice_gateway.settings import GatewaySettings
+from sluice_gateway.torchserve.rest import TorchServeRoutes
 
 
 def inference_listener(

@@ -16,9 +16,9 @@ from sluice.v1.torchserve_inference_pb2 import TorchServeHealthResponse
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api import errors
-from sluice_gateway.grpc_api.stream2 import Stream2Call
-from sluice_gateway.grpc_api.torchserve_codec import parse_request, to_call
 from sluice_gateway.health import ModelHealth, health_text
+from sluice_gateway.torchserve.grpc_codec import parse_request, to_call
+from sluice_gateway.torchserve.grpc_stream2 import Stream2Call
 
 SERVICE_NAME: str = torchserve_inference_pb2.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
 

@@ -13,7 +13,8 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api.bidi_call import BidiCall
 from sluice_gateway.grpc_api.errors import as_sluice_error
-from sluice_gateway.grpc_api.torchserve_codec import (
+from sluice_gateway.pending_jobs import StreamJob
+from sluice_gateway.torchserve.grpc_codec import (
     SEQUENCE_ID_REQUIRED,
     error_response,
     parse_request,
@@ -21,7 +22,6 @@ from sluice_gateway.grpc_api.torchserve_codec import (
     sequence_suffix,
     to_call,
 )
-from sluice_gateway.pending_jobs import StreamJob
 
 # TorchServe answers a missing sequence id with code INTERNAL (its BadRequestException, sent in-stream).
 MISSING_SEQUENCE_ID_CODE = grpc.StatusCode.INTERNAL

@@ -19,8 +19,8 @@ from sluice_gateway.health import ModelHealth
 from sluice_gateway.pending_jobs import StreamJob
 from sluice_gateway.registry_cache import VersionResolver
 from sluice_gateway.rest_api.errors import StreamBroken
-from sluice_gateway.rest_api.openapi import api_description
-from sluice_gateway.rest_api.torchserve_codec import full_response, stream_response, to_call
+from sluice_gateway.torchserve.openapi import api_description
+from sluice_gateway.torchserve.rest_codec import full_response, stream_response, to_call
 
 log = get_logger(__name__)
 
