@@ -23,16 +23,16 @@ from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError
 
+from sluice_gateway.broker.redis_admission import RedisJobQueue
+from sluice_gateway.broker.redis_replies import ReplyBus
+from sluice_gateway.broker.reply_stream_keeper import ReplyStreamKeeper
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api.server import Readiness, add_reflection, create_server
 from sluice_gateway.health import ModelHealth, redis_answers
-from sluice_gateway.job_queue import RedisJobQueue
 from sluice_gateway.kserve import grpc as kserve_grpc
 from sluice_gateway.kserve.service import V2Service
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import RegistryCache, RegistryEvents
-from sluice_gateway.reply_bus import ReplyBus
-from sluice_gateway.reply_stream import ReplyStreamKeeper
 from sluice_gateway.security import gateway_security, warn_exposure
 from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.torchserve import grpc as torchserve_grpc

@@ -18,11 +18,11 @@ from sluice.envelope import Reply, WireProtocol, encode_job
 from sluice.errors import SluiceError
 from sluice.records import VersionRecord
 
-from sluice_gateway.job_queue import JobQueue, VersionGone
-from sluice_gateway.jobs import build_job, effective_timeout_s, new_job_id
-from sluice_gateway.pending_jobs import PendingJob, StreamJob, UnaryJob
+from sluice_gateway.broker.redis_admission import JobQueue, VersionGone
+from sluice_gateway.broker.redis_replies import ReplyBus
+from sluice_gateway.inflight import PendingJob, StreamJob, UnaryJob
+from sluice_gateway.job_envelopes import build_job, effective_timeout_s, new_job_id
 from sluice_gateway.registry_cache import VersionResolver, model_not_found, version_not_found
-from sluice_gateway.reply_bus import ReplyBus
 
 
 def wall_clock_ms() -> int:

@@ -21,7 +21,7 @@ from sluice.records import VersionRecord
 from sluice.redis_errors import RedisError
 
 from sluice_gateway.backoff import Backoff
-from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
+from sluice_gateway.job_envelopes import UNAVAILABLE_MESSAGE
 
 log = get_logger(__name__)
 

@@ -8,10 +8,10 @@ import pytest
 from sluice.envelope import Reply, WireProtocol, decode_job
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import VersionRecord
+from sluice_gateway.broker.redis_admission import VersionGone
+from sluice_gateway.broker.redis_replies import ReplyBus
 from sluice_gateway.dataplane import DataPlane, InferenceCall
-from sluice_gateway.job_queue import VersionGone
 from sluice_gateway.registry_cache import model_not_found
-from sluice_gateway.reply_bus import ReplyBus
 
 from tests.support.eventually import eventually
 from tests.unit.gateway.fakes import record

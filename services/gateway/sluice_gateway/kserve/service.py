@@ -21,7 +21,8 @@ from sluice.records import VersionRecord
 from sluice.redis_errors import RedisError
 
 from sluice_gateway.dataplane import DataPlane, InferenceCall
-from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
+from sluice_gateway.inflight import PendingJob, StreamJob
+from sluice_gateway.job_envelopes import UNAVAILABLE_MESSAGE
 from sluice_gateway.kserve.metadata import EXTENSIONS, SERVER_NAME, ModelConfigView, ModelMetadata
 from sluice_gateway.kserve.metadata import model_config as build_model_config
 from sluice_gateway.kserve.metadata import model_metadata as build_model_metadata
@@ -29,7 +30,6 @@ from sluice_gateway.kserve.readiness import RegistryReadiness, version_ready
 from sluice_gateway.kserve.request import RequestOptions, V2Request, request_options
 from sluice_gateway.kserve.stats import InferenceStats, Outcome, VersionStats
 from sluice_gateway.kserve.validation import check_request
-from sluice_gateway.pending_jobs import PendingJob, StreamJob
 from sluice_gateway.registry_cache import VersionResolver, model_not_found
 
 T = TypeVar("T")

@@ -13,7 +13,7 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api.bidi_call import BidiCall
 from sluice_gateway.grpc_api.errors import as_sluice_error
-from sluice_gateway.pending_jobs import StreamJob
+from sluice_gateway.inflight import StreamJob
 from sluice_gateway.torchserve.grpc_codec import (
     SEQUENCE_ID_REQUIRED,
     error_response,

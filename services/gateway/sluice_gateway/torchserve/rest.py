@@ -16,7 +16,7 @@ from sluice.torchserve_http import REQUEST_ID, json_response
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
-from sluice_gateway.pending_jobs import StreamJob
+from sluice_gateway.inflight import StreamJob
 from sluice_gateway.registry_cache import VersionResolver
 from sluice_gateway.rest_api.errors import StreamBroken
 from sluice_gateway.torchserve.openapi import api_description

@@ -20,7 +20,7 @@ from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError, ReplyError
 
-from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
+from sluice_gateway.job_envelopes import UNAVAILABLE_MESSAGE
 
 log = get_logger(__name__)
 

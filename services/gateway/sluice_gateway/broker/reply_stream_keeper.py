@@ -15,7 +15,7 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.redis_errors import RedisError
 
-from sluice_gateway.reply_bus import ReplyBus
+from sluice_gateway.broker.redis_replies import ReplyBus
 
 log = get_logger(__name__)
 

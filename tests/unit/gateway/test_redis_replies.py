@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from sluice.envelope import FIELD, Reply, encode_reply
 from sluice.errors import ErrorCode, SluiceError
-from sluice_gateway.reply_bus import ReplyBus, next_id
+from sluice_gateway.broker.redis_replies import ReplyBus, next_id
 from sluice_gateway.waiters import StreamWaiter
 
 

@@ -3,7 +3,7 @@
 import pytest
 from sluice.envelope import Reply, WireProtocol, decode_job, encode_job
 from sluice.errors import ErrorCode
-from sluice_gateway.jobs import build_job, effective_timeout_s, failure_from_reply, new_job_id
+from sluice_gateway.job_envelopes import build_job, effective_timeout_s, failure_from_reply, new_job_id
 
 
 def test_build_job_carries_everything_the_worker_needs() -> None:

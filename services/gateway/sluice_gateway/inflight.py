@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, Callable
 from sluice.envelope import Reply
 from sluice.errors import ErrorCode, SluiceError
 
-from sluice_gateway.jobs import DEADLINE_MESSAGE, failure_from_reply
+from sluice_gateway.job_envelopes import DEADLINE_MESSAGE, failure_from_reply
 from sluice_gateway.waiters import StreamWaiter, UnaryWaiter, Waiter
 
 LOST_MID_STREAM_MESSAGE = "worker lost mid-stream"

@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from sluice import keys
 from sluice.errors import ErrorCode, SluiceError
 from sluice.pipelined_redis import PipelinedRedis
-from sluice_gateway.job_queue import LARGE_JOB_BYTES, RedisJobQueue, VersionGone
+from sluice_gateway.broker.redis_admission import LARGE_JOB_BYTES, RedisJobQueue, VersionGone
 
 from tests.integration.gateway.conftest import register
 from tests.support.redis_server import RedisServer
