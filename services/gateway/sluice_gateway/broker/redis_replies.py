@@ -10,6 +10,7 @@ is reset.
 import asyncio
 from typing import Any
 
+from sluice.backoff import Backoff
 from sluice.cancellation import cancel_and_wait
 from sluice.envelope import FIELD, EnvelopeError, decode_reply
 from sluice.errors import SluiceError
@@ -17,7 +18,6 @@ from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError
 
-from sluice_gateway.backoff import Backoff
 from sluice_gateway.waiters import StreamWaiter, UnaryWaiter, Waiter
 
 log = get_logger(__name__)
@@ -106,18 +106,18 @@ class ReplyBus:
             self._task = None
 
     async def _run(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(first_s=0.05, jitter=True)
         while True:
             try:
                 await self.read_once()
                 backoff.reset()
             except RedisError as exc:
-                delay_s = backoff.next_s()
+                delay_s = backoff.next_delay_s()
                 log.warning("reply stream read failed", error=str(exc), retry_in_s=round(delay_s, 3))
                 await asyncio.sleep(delay_s)
             except Exception:
                 log.exception("reply bus error")
-                await asyncio.sleep(backoff.next_s())
+                await asyncio.sleep(backoff.next_delay_s())
 
     async def read_once(self) -> None:
         """One blocking read (preceded by the trim of what the last read consumed)."""
