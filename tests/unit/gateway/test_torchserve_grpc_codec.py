@@ -1,16 +1,13 @@
-"""The one place errors become gRPC statuses: wrappers, in-stream statuses, the TorchServe codec."""
-
-from collections.abc import AsyncIterator
-from typing import Any
+"""The TorchServe gRPC codec: requests to calls, sequence headers and echoes, in-stream error statuses."""
 
 import grpc
 import pytest
 from google.rpc import error_details_pb2
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
-from sluice_gateway.grpc_api import errors
 from sluice_gateway.torchserve.grpc_codec import (
     error_response,
+    in_stream_status,
     parse_request,
     sequence_headers,
     sequence_suffix,
@@ -18,62 +15,8 @@ from sluice_gateway.torchserve.grpc_codec import (
 )
 
 
-class Aborted(Exception):
-    pass
-
-
-class FakeContext:
-    def __init__(self) -> None:
-        self.aborted: tuple[Any, str] | None = None
-
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        self.aborted = (code, details)
-        raise Aborted
-
-
-async def test_unary_wrapper_maps_domain_errors() -> None:
-    async def method(request: bytes, context: Any) -> bytes:
-        raise SluiceError(ErrorCode.MODEL_NOT_FOUND, "Model not found: m")
-
-    context = FakeContext()
-    with pytest.raises(Aborted):
-        await errors.unary(method)(b"", context)
-    assert context.aborted == (
-        grpc.StatusCode.NOT_FOUND,
-        "Model not found: m\norg.pytorch.serve.archive.model.ModelNotFoundException",
-    )
-
-
-async def test_unexpected_errors_become_a_generic_internal() -> None:
-    async def method(request: bytes, context: Any) -> bytes:
-        raise KeyError("secret detail")
-
-    context = FakeContext()
-    with pytest.raises(Aborted):
-        await errors.unary(method)(b"", context)
-    assert context.aborted == (
-        grpc.StatusCode.INTERNAL,
-        "Internal server error\norg.pytorch.serve.http.InternalServerException",
-    )
-
-
-async def test_streaming_wrapper_maps_errors_after_messages() -> None:
-    async def method(request: bytes, context: Any) -> AsyncIterator[bytes]:
-        yield b"one"
-        raise SluiceError(ErrorCode.HANDLER_FAILED, "Prediction failed", 503)
-
-    context = FakeContext()
-    received = []
-    with pytest.raises(Aborted):  # noqa: PT012 - the messages before the error matter too
-        async for message in errors.streaming(method)(b"", context):
-            received.append(message)
-    assert received == [b"one"]
-    assert context.aborted is not None
-    assert context.aborted[0] == grpc.StatusCode.UNAVAILABLE
-
-
 def test_in_stream_status_has_code_message_and_error_info() -> None:
-    status = errors.in_stream_status(SluiceError(ErrorCode.QUEUE_FULL, "full"))
+    status = in_stream_status(SluiceError(ErrorCode.QUEUE_FULL, "full"))
     assert (status.code, status.message) == (grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], "full")
     info = error_details_pb2.ErrorInfo()
     assert status.details[0].Unpack(info)

@@ -13,9 +13,9 @@ from contextlib import aclosing
 from typing import Any
 
 import grpc
+from sluice.grpc_errors import StatusMapping, add_service, plain_details
 from sluice.v1 import kserve_pb2 as pb
 
-from sluice_gateway.grpc_api import errors
 from sluice_gateway.kserve import grpc_codec
 from sluice_gateway.kserve.grpc_stream import StreamInferCall
 from sluice_gateway.kserve.grpc_wire import has_outputs
@@ -24,6 +24,8 @@ from sluice_gateway.kserve.service import V2Service
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 TORCHSERVE_SERVICE_NAME = "org.pytorch.serve.grpc.openinference.GRPCInferenceService"
 SERVICE_NAMES = (SERVICE_NAME, TORCHSERVE_SERVICE_NAME)
+# Status details are the bare message (no TorchServe exception class).
+KSERVE_STATUS = StatusMapping(details=plain_details)
 
 Context = Any  # grpc.aio.ServicerContext
 
@@ -93,14 +95,13 @@ class KServeInference:
 
 def _unary(method: Callable[..., Any], request_type: Any, response_type: Any) -> Any:
     return grpc.unary_unary_rpc_method_handler(
-        errors.unary(method, errors.plain_details),
+        method,
         request_deserializer=request_type.FromString,
         response_serializer=response_type.SerializeToString,
     )
 
 
 def handlers(servicer: KServeInference) -> dict[str, Any]:
-    details = errors.plain_details
     return {
         "ServerLive": _unary(servicer.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
         "ServerReady": _unary(servicer.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
@@ -117,19 +118,12 @@ def handlers(servicer: KServeInference) -> dict[str, Any]:
             servicer.repository_index, pb.RepositoryIndexRequest, pb.RepositoryIndexResponse
         ),
         # Raw bytes in and out: no (de)serializer.
-        "ModelInfer": grpc.unary_unary_rpc_method_handler(errors.unary(servicer.model_infer, details)),
-        "ModelInferStream": grpc.unary_stream_rpc_method_handler(
-            errors.streaming(servicer.model_infer_stream, details)
-        ),
-        "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
-            errors.streaming(servicer.model_stream_infer, details)
-        ),
+        "ModelInfer": grpc.unary_unary_rpc_method_handler(servicer.model_infer),
+        "ModelInferStream": grpc.unary_stream_rpc_method_handler(servicer.model_infer_stream),
+        "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(servicer.model_stream_infer),
     }
 
 
 def add_to_server(server: Any, servicer: KServeInference) -> None:
     """Serve under the standard name and TorchServe's; rpcs not registered answer UNIMPLEMENTED."""
-    methods = handlers(servicer)
-    for name in SERVICE_NAMES:
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, methods),))
-        server.add_registered_method_handlers(name, methods)
+    add_service(server, SERVICE_NAMES, handlers(servicer), KSERVE_STATUS)

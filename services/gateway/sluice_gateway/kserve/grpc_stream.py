@@ -11,8 +11,9 @@ How requests, jobs and responses flow is :mod:`bidi_call`'s.
 from collections.abc import AsyncIterator
 from typing import Any
 
+from sluice.errors import as_sluice_error
+
 from sluice_gateway.grpc_api.bidi_call import BidiCall
-from sluice_gateway.grpc_api.errors import as_sluice_error
 from sluice_gateway.kserve.grpc_codec import parse_infer_request, stream_error
 from sluice_gateway.kserve.grpc_wire import has_outputs, stream_response
 from sluice_gateway.kserve.service import V2Service, V2Stream

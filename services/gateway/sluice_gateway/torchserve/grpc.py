@@ -11,11 +11,11 @@ from typing import Any
 import grpc
 from google.protobuf.empty_pb2 import Empty
 from sluice.errors import ErrorCode, SluiceError
+from sluice.grpc_errors import StatusMapping, add_service
 from sluice.v1 import torchserve_inference_pb2
 from sluice.v1.torchserve_inference_pb2 import TorchServeHealthResponse
 
 from sluice_gateway.dataplane import DataPlane
-from sluice_gateway.grpc_api import errors
 from sluice_gateway.health import ModelHealth, health_text
 from sluice_gateway.torchserve.grpc_codec import parse_request, to_call
 from sluice_gateway.torchserve.grpc_stream2 import Stream2Call
@@ -23,6 +23,8 @@ from sluice_gateway.torchserve.grpc_stream2 import Stream2Call
 SERVICE_NAME: str = torchserve_inference_pb2.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
 
 Context = Any  # grpc.aio.ServicerContext
+# Status details in TorchServe's form: "<message>\n<java exception class>".
+TORCHSERVE_STATUS = StatusMapping()
 
 
 class TorchServeInference:
@@ -78,17 +80,12 @@ class TorchServeInference:
 def add_to_server(server: Any, servicer: TorchServeInference) -> None:
     handlers = {
         "Ping": grpc.unary_unary_rpc_method_handler(
-            errors.unary(servicer.ping),
+            servicer.ping,
             request_deserializer=Empty.FromString,
             response_serializer=TorchServeHealthResponse.SerializeToString,
         ),
-        "Predictions": grpc.unary_unary_rpc_method_handler(errors.unary(servicer.predictions)),
-        "StreamPredictions": grpc.unary_stream_rpc_method_handler(
-            errors.streaming(servicer.stream_predictions)
-        ),
-        "StreamPredictions2": grpc.stream_stream_rpc_method_handler(
-            errors.streaming(servicer.stream_predictions2)
-        ),
+        "Predictions": grpc.unary_unary_rpc_method_handler(servicer.predictions),
+        "StreamPredictions": grpc.unary_stream_rpc_method_handler(servicer.stream_predictions),
+        "StreamPredictions2": grpc.stream_stream_rpc_method_handler(servicer.stream_predictions2),
     }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+    add_service(server, [SERVICE_NAME], handlers, TORCHSERVE_STATUS)

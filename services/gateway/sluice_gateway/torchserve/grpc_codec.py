@@ -3,13 +3,15 @@ raw bytes go to the worker. Responses are the worker-built ``PredictionResponse`
 gateway adds (``sequence_id``) are appended as serialized fields, which protobuf merges on parse."""
 
 import grpc
+from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2, status_pb2
 from sluice.envelope import WireProtocol
 from sluice.errors import ErrorCode, SluiceError
+from sluice.status_map import grpc_status
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
 from sluice_gateway.dataplane import InferenceCall
-from sluice_gateway.grpc_api.errors import in_stream_status
 
 MODEL_NAME_REQUIRED = "Parameter model_name is required."
 SEQUENCE_ID_REQUIRED = "Parameter sequenceId is required."
@@ -59,6 +61,15 @@ def sequence_headers(request: PredictionsRequest) -> dict[str, str]:
 def sequence_suffix(sequence_id: str) -> bytes:
     """Serialized ``sequence_id`` field, appended to a worker-built response to echo the id."""
     return PredictionResponse(sequence_id=sequence_id).SerializeToString() if sequence_id else b""
+
+
+def in_stream_status(error: SluiceError, code: grpc.StatusCode | None = None) -> status_pb2.Status:
+    """TorchServe's in-stream error: ``google.rpc.Status`` with the gRPC code, the message and an
+    ``ErrorInfo`` whose reason is the Java exception class. ``code`` overrides the mapped code."""
+    info = any_pb2.Any()
+    info.Pack(error_details_pb2.ErrorInfo(reason=error.exception_class))
+    status_code = code if code is not None else grpc_status(error)
+    return status_pb2.Status(code=status_code.value[0], message=error.message, details=[info])
 
 
 def error_response(error: SluiceError, sequence_id: str = "", code: grpc.StatusCode | None = None) -> bytes:

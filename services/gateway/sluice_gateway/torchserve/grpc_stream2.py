@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from sluice.errors import ErrorCode, SluiceError
+from sluice.errors import ErrorCode, SluiceError, as_sluice_error
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api.bidi_call import BidiCall
-from sluice_gateway.grpc_api.errors import as_sluice_error
 from sluice_gateway.inflight import StreamJob
 from sluice_gateway.torchserve.grpc_codec import (
     SEQUENCE_ID_REQUIRED,

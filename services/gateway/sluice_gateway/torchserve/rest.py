@@ -11,6 +11,7 @@ from contextlib import aclosing
 from aiohttp import web
 from sluice import names
 from sluice.errors import SluiceError
+from sluice.http_errors import StreamBroken
 from sluice.log import get_logger
 from sluice.torchserve_http import REQUEST_ID, json_response
 
@@ -18,7 +19,6 @@ from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
 from sluice_gateway.inflight import StreamJob
 from sluice_gateway.registry_cache import VersionResolver
-from sluice_gateway.rest_api.errors import StreamBroken
 from sluice_gateway.torchserve.openapi import api_description
 from sluice_gateway.torchserve.rest_codec import full_response, stream_response, to_call
 
