@@ -23,8 +23,8 @@ from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError
 
-from sluice_gateway.broker.redis_admission import RedisJobQueue
-from sluice_gateway.broker.redis_replies import ReplyBus
+from sluice_gateway.broker.redis_admission import RedisJobAdmission
+from sluice_gateway.broker.redis_replies import RedisReplies
 from sluice_gateway.broker.reply_stream_keeper import ReplyStreamKeeper
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api.server import Readiness, add_reflection, create_server
@@ -67,7 +67,7 @@ class Gateway:
             settings.redis_url, timeout_s=settings.reply_block_s + COMMAND_TIMEOUT_S, name="reply-reader"
         )
         self.reply_stream = keys.reply_stream(settings.gateway_id)
-        self.bus = ReplyBus(
+        self.replies = RedisReplies(
             self._reader_redis,
             self.reply_stream,
             block_s=settings.reply_block_s,
@@ -75,12 +75,11 @@ class Gateway:
         )
         self.cache = RegistryCache(self.redis, ttl_s=settings.registry_cache_ttl_s)
         self.events = RegistryEvents(self.redis, self.cache)
-        self.queue = RedisJobQueue(self._hot_redis)
+        self.admission = RedisJobAdmission(self._hot_redis)
         self.plane = DataPlane(
             self.cache,
-            self.queue,
-            self.bus,
-            reply_to=self.reply_stream,
+            self.admission,
+            self.replies,
             default_timeout_s=settings.default_request_timeout_s,
             stream_buffer_replies=settings.stream_buffer_replies,
             cancel_margin_s=settings.cancel_margin_s,
@@ -125,7 +124,7 @@ class Gateway:
         self.port = self.server.add_insecure_port(settings.bind_address)
         self._keeper = ReplyStreamKeeper(
             self.redis,
-            self.bus,
+            self.replies,
             settings.gateway_id,
             ttl_s=settings.reply_stream_ttl_s,
             interval_s=settings.heartbeat_interval_s,
@@ -136,7 +135,7 @@ class Gateway:
         except RedisError as exc:  # the heartbeat creates it once Redis answers
             log.warning("Redis unreachable at startup", error=str(exc))
         await self.readiness.check_once()
-        for component in (self.bus, self._keeper, self.events, self.readiness):
+        for component in (self.replies, self._keeper, self.events, self.readiness):
             component.start()
         await self.server.start()
         await self._start_http()
@@ -168,16 +167,16 @@ class Gateway:
 
     async def stop(self, grace_s: float | None = None) -> None:
         grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
-        log.info("gateway draining", grace_s=grace, in_flight=self.bus.in_flight)
+        log.info("gateway draining", grace_s=grace, in_flight=self.replies.in_flight)
         if self.readiness is not None:
             await self.readiness.drain()
         grpc_stopped = self.server.stop(grace) if self.server is not None else asyncio.sleep(0)
         await asyncio.gather(grpc_stopped, *(listener.stop(grace) for listener in self.listeners))
-        await self.queue.drain()
+        await self.admission.drain()
         await self.events.stop()
         if self._keeper is not None:
             await self._keeper.stop()
-        await self.bus.stop()
+        await self.replies.stop()
         with contextlib.suppress(RedisError):
             await self.redis.delete(self.reply_stream, keys.gateway_alive(self.settings.gateway_id))
         await self.redis.aclose()

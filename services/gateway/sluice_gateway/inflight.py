@@ -8,9 +8,10 @@ from collections.abc import AsyncGenerator, Callable
 from sluice.envelope import Reply
 from sluice.errors import ErrorCode, SluiceError
 
-from sluice_gateway.job_envelopes import DEADLINE_MESSAGE, failure_from_reply
+from sluice_gateway.job_envelopes import failure_from_reply
 from sluice_gateway.waiters import StreamWaiter, UnaryWaiter, Waiter
 
+DEADLINE_MESSAGE = "Timed out waiting for the model's response."
 LOST_MID_STREAM_MESSAGE = "worker lost mid-stream"
 
 # Called once by close(): (job, whether to flag it as cancelled for the workers).

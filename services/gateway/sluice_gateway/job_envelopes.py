@@ -1,13 +1,11 @@
-"""Pure pieces of the data plane: building a Job, turning a failure Reply into a domain error."""
+"""Pure pieces of the data plane: building a Job envelope, turning a failure Reply into a domain error,
+and how long a call may wait."""
 
 import uuid
 from collections.abc import Mapping
 
 from sluice.envelope import Job, Reply, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
-
-DEADLINE_MESSAGE = "Timed out waiting for the model's response."
-UNAVAILABLE_MESSAGE = "Service unavailable: the job queue is unreachable."
 
 
 def new_job_id() -> str:

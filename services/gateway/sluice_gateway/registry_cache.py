@@ -21,7 +21,7 @@ from sluice.log import get_logger
 from sluice.records import VersionRecord
 from sluice.redis_errors import RedisError
 
-from sluice_gateway.job_envelopes import UNAVAILABLE_MESSAGE
+from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE
 
 log = get_logger(__name__)
 

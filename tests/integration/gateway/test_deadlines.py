@@ -43,7 +43,7 @@ async def wait_for_key(redis: aioredis.Redis, key: str, timeout_s: float = 3.0) 
 
 
 async def wait_until_idle(gateway: Gateway) -> None:
-    await eventually(lambda: gateway.bus.in_flight == 0)
+    await eventually(lambda: gateway.replies.in_flight == 0)
 
 
 async def test_client_deadline_gives_deadline_exceeded_and_sets_the_cancel_flag(
@@ -91,7 +91,7 @@ async def test_client_cancel_sets_the_cancel_flag_and_releases_the_waiter(
     peer = await responder(held(asyncio.Event()))
     call = stub.Predictions(REQUEST, timeout=30)
     (job,) = await peer.wait_for_jobs(1)
-    assert gateway.bus.in_flight == 1
+    assert gateway.replies.in_flight == 1
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call

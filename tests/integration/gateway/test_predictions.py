@@ -220,7 +220,7 @@ async def test_duplicate_replies_are_dropped(
         return await redis_client.xlen(stream) == 0
 
     await eventually(trimmed)
-    assert gateway.bus.in_flight == 0
+    assert gateway.replies.in_flight == 0
 
 
 async def test_requests_with_inputs_reach_the_worker_undecoded(

@@ -89,7 +89,7 @@ async def test_restart_without_persistence_fails_in_flight_calls_at_once(volatil
             assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
             assert "reply stream was lost" in caught.value.details()
             assert time.monotonic() - started < 3
-            assert gateway.bus.in_flight == 0
+            assert gateway.replies.in_flight == 0
             # The stream is back and the gateway serves once the registry and a worker are back.
             assert await redis.exists(keys.reply_stream(gateway.settings.gateway_id))
             await register(redis)

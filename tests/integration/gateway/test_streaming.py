@@ -218,4 +218,4 @@ async def test_stream2_streaming_handler_interleaves_chunks(
     for response in responses:
         by_sequence.setdefault(response.sequence_id, []).append(response.prediction)
     assert by_sequence == {"s": [b"chunk-0", b"chunk-1", b"final"], "t": [b"chunk-0", b"chunk-1", b"final"]}
-    assert gateway.bus.in_flight == 0
+    assert gateway.replies.in_flight == 0

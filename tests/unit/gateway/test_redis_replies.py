@@ -1,18 +1,17 @@
-"""Reply dispatch: by job id, duplicates and strangers dropped, waiters failed in bulk."""
+"""The Redis reply source without Redis: decoding and dispatch of XREAD's entries, the read position,
+and what a recreated reply stream does to the calls waiting on it."""
 
-import asyncio
 from typing import Any
 
 import pytest
 from sluice.envelope import FIELD, Reply, encode_reply
 from sluice.errors import ErrorCode, SluiceError
-from sluice_gateway.broker.redis_replies import ReplyBus, next_id
-from sluice_gateway.waiters import StreamWaiter
+from sluice_gateway.broker.redis_replies import RedisReplies, next_id
 
 
-def make_bus() -> ReplyBus:
+def make_replies() -> RedisReplies:
     unused: Any = None
-    return ReplyBus(unused, "sluice:{gw:test}:replies", block_s=1.0, count=10)
+    return RedisReplies(unused, "sluice:{gw:test}:replies", block_s=1.0, count=10)
 
 
 def raw(job_id: str, *, seq: int = 0, final: bool = True, payload: bytes = b"") -> bytes:
@@ -24,69 +23,39 @@ def test_next_id() -> None:
     assert next_id(b"5-41") == b"5-42"
 
 
-async def test_a_unary_waiter_gets_the_first_final_reply_only() -> None:
-    bus = make_bus()
-    waiter = bus.expect("j1")
-    bus.dispatch(raw("j1", final=False, payload=b"partial"))
-    bus.dispatch(raw("j1", payload=b"first"))
-    bus.dispatch(raw("j1", payload=b"duplicate"))
-    assert (await waiter.result()).payload == b"first"
-
-
-async def test_replies_for_unknown_jobs_and_garbage_are_dropped() -> None:
-    bus = make_bus()
-    waiter = bus.expect("j1")
-    bus.dispatch(raw("someone-else"))
-    bus.dispatch(b"\xff not a reply")
-    bus.dispatch(encode_reply(Reply(job_id="j1")).replace(b"\x08\x01", b"\x08\x09", 1))  # schema 9
+async def test_dispatch_decodes_and_drops_garbage() -> None:
+    replies = make_replies()
+    assert replies.reply_to == "sluice:{gw:test}:replies"
+    waiter = replies.expect("j1")
+    replies.dispatch(b"\xff not a reply")
+    replies.dispatch(encode_reply(Reply(job_id="j1")).replace(b"\x08\x01", b"\x08\x09", 1))  # schema 9
     assert not waiter.future.done()
-    bus.forget("j1")
-    bus.dispatch(raw("j1"))
-    assert bus.in_flight == 0
-
-
-async def test_fail_before_fails_only_earlier_waiters() -> None:
-    bus = make_bus()
-    early = bus.expect("early")
-    mark = bus.mark()
-    late = bus.expect("late")
-    assert bus.fail_before(mark, SluiceError(ErrorCode.UNAVAILABLE, "lost")) == 1
-    with pytest.raises(SluiceError):
-        await early.result()
-    assert not late.future.done()
+    replies.dispatch(raw("j1", payload=b"out"))
+    assert (await waiter.result()).payload == b"out"
+    replies.forget("j1")
+    assert replies.in_flight == 0
 
 
 async def test_consume_dispatches_and_moves_the_read_position() -> None:
-    bus = make_bus()
-    waiter = bus.expect_stream("j1", limit=10)
+    replies = make_replies()
+    waiter = replies.expect_stream("j1", limit=10)
     entries = [[b"1-0", [FIELD, raw("j1", final=False)]], [b"1-1", [b"other", b""]], [b"1-2", None]]
-    bus._consume([[b"stream", entries]])
+    replies._consume([[b"stream", entries]])
     assert (await waiter.get()).job_id == "j1"
-    assert (bus._last_id, bus._trim_from) == (b"1-2", b"1-3")
-    bus.restart_from_beginning()
-    assert (bus._last_id, bus._trim_from) == (b"0-0", None)
+    assert (replies._last_id, replies._trim_from) == (b"1-2", b"1-3")
 
 
-async def test_stream_waiter_fails_a_reader_that_falls_behind() -> None:
-    waiter = StreamWaiter(mark=1, limit=2)
-    for seq in range(3):
-        waiter.deliver(Reply(job_id="j", seq=seq))
+async def test_a_recreated_stream_is_read_from_its_start_and_fails_earlier_calls() -> None:
+    replies = make_replies()
+    replies._consume([[b"stream", [[b"7-0", [FIELD, raw("other")]]]]])
+    early = replies.expect("early")
+    mark = replies.mark()
+    late = replies.expect_stream("late", limit=10)
+    lost = SluiceError(ErrorCode.UNAVAILABLE, "lost")
+    assert replies.stream_recreated(mark, lost) == 1
+    assert (replies._last_id, replies._trim_from) == (b"0-0", None)
     with pytest.raises(SluiceError) as caught:
-        await waiter.get()
-    assert caught.value.code is ErrorCode.UNAVAILABLE
-
-
-async def test_stream_waiter_reports_a_failure_before_buffered_replies() -> None:
-    waiter = StreamWaiter(mark=1, limit=10)
-    waiter.deliver(Reply(job_id="j"))
-    waiter.fail(SluiceError(ErrorCode.UNAVAILABLE, "lost"))
-    with pytest.raises(SluiceError):
-        await waiter.get()
-
-
-async def test_stream_waiter_wakes_its_reader() -> None:
-    waiter = StreamWaiter(mark=1, limit=10)
-    reader = asyncio.ensure_future(waiter.get())
-    await asyncio.sleep(0)
-    waiter.deliver(Reply(job_id="j", payload=b"x"))
-    assert (await reader).payload == b"x"
+        await early.result()
+    assert caught.value is lost
+    replies.dispatch(raw("late", final=False))
+    assert (await late.get()).job_id == "late"

@@ -1,4 +1,5 @@
-"""Admission of jobs to a model version's job stream (one round trip, atomic) and cancel flags.
+"""Job admission on Redis (:class:`~.seam.JobAdmission`): a job enters its model version's job stream
+in one atomic round trip, and cancel flags are keys the workers look up.
 
 A job is admitted by one Lua script that checks the version and adds the entry (``enqueue.lua``),
 except a large one: a payload passed through Lua costs Redis two more copies of it (a 588 KiB image:
@@ -12,15 +13,14 @@ in one event-loop turn reach Redis in one write. EVALSHA falls back to EVAL afte
 import asyncio
 import hashlib
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from sluice import keys
-from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError, ReplyError
 
-from sluice_gateway.job_envelopes import UNAVAILABLE_MESSAGE
+from sluice_gateway.broker.seam import Admission, BrokerUnavailable
 
 log = get_logger(__name__)
 
@@ -33,30 +33,27 @@ _ADMIT_ADDED_SCRIPT = Path(__file__).with_name("admit_added.lua").read_text()
 # (0.064 against 0.075 CPU-ms per job, pipelined); at 400 bytes it costs more (0.04 against 0.03).
 LARGE_JOB_BYTES = 8 * 1024
 
-NOT_FOUND = b"NOT_FOUND"
-NO_WORKER = b"NO_WORKER"
-QUEUE_FULL = b"QUEUE_FULL"
+REFUSALS = {
+    b"NOT_FOUND": Admission.VERSION_GONE,
+    b"NO_WORKER": Admission.NO_WORKER,
+    b"QUEUE_FULL": Admission.QUEUE_FULL,
+}
 
 
-class VersionGone(Exception):
-    """The version is not (or no longer) active: the caller turns it into the right not-found error."""
+def admission_of(outcome: object) -> Admission:
+    """A script's answer: one of its refusals, else (the new entry's id, ``ADMITTED``) admitted."""
+    return REFUSALS.get(outcome, Admission.ADMITTED) if isinstance(outcome, bytes) else Admission.ADMITTED
 
 
-class JobQueue(Protocol):
-    async def enqueue(self, model: str, version: str, job: bytes) -> None: ...
-
-    def cancel(self, model: str, version: str, job_id: str, ttl_ms: int) -> None: ...
-
-
-class RedisJobQueue:
+class RedisJobAdmission:
     def __init__(self, redis: PipelinedRedis) -> None:
         self._redis = redis
         # Fire-and-forget tasks are referenced until done (the loop keeps only weak references).
         self._background: set[asyncio.Task[None]] = set()
 
-    async def enqueue(self, model: str, version: str, job: bytes) -> None:
-        """Add ``job`` to the version's stream, or raise: VersionGone, NO_WORKER, QUEUE_FULL,
-        UNAVAILABLE (Redis unreachable)."""
+    async def enqueue(self, model: str, version: str, job: bytes) -> Admission:
+        """Add ``job`` to the version's stream, or say why not; BrokerUnavailable when Redis does not
+        answer (or answers with an error)."""
         script_keys = [
             keys.version_config(model, version),
             keys.workers(model, version),
@@ -69,16 +66,11 @@ class RedisJobQueue:
                 outcome = await self._redis.evalsha(_SCRIPT_SHA, _SCRIPT, script_keys, [job])
         except ReplyError as exc:
             if str(exc).startswith("OOM"):  # maxmemory reached: as good as a full queue
-                raise SluiceError(ErrorCode.QUEUE_FULL, no_worker_message(model)) from exc
-            raise SluiceError(ErrorCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
+                return Admission.QUEUE_FULL
+            raise BrokerUnavailable(str(exc)) from exc
         except RedisError as exc:
-            raise SluiceError(ErrorCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
-        if outcome == NOT_FOUND:
-            raise VersionGone(model, version)
-        if outcome == NO_WORKER:
-            raise SluiceError(ErrorCode.NO_WORKER, no_worker_message(model))
-        if outcome == QUEUE_FULL:
-            raise SluiceError(ErrorCode.QUEUE_FULL, no_worker_message(model))
+            raise BrokerUnavailable(str(exc)) from exc
+        return admission_of(outcome)
 
     async def _add_then_admit(self, script_keys: list[str], job: bytes) -> object:
         """``XADD`` then ``admit_added.lua`` in one transaction; the script's outcome."""

@@ -1,10 +1,9 @@
-"""The gateway's reply bus: one XREAD BLOCK loop on the gateway's own reply stream hands replies to
-the calls waiting for them, keyed by job id.
+"""The gateway's reply source on Redis (:class:`~.seam.ReplySource`): one XREAD BLOCK loop on the
+gateway's own reply stream hands replies to the calls waiting for them (:class:`ReplyWaiters`), keyed
+by job id.
 
-A reply for a job nobody waits for (a duplicate after a redelivery, a call that already ended) is
-dropped, which makes each call get exactly one answer. Read entries are trimmed (``XTRIM MINID``) in
-the same round trip as the next read, so an entry is never read twice, even after the read position
-is reset.
+Read entries are trimmed (``XTRIM MINID``) in the same round trip as the next read, so an entry is
+never read twice, even after the read position is reset.
 """
 
 import asyncio
@@ -18,7 +17,7 @@ from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError
 
-from sluice_gateway.waiters import StreamWaiter, UnaryWaiter, Waiter
+from sluice_gateway.waiters import ReplyWaiters, StreamWaiter, UnaryWaiter
 
 log = get_logger(__name__)
 
@@ -31,8 +30,8 @@ def next_id(entry_id: bytes) -> bytes:
     return ms + b"-" + str(int(seq or b"0") + 1).encode()
 
 
-class ReplyBus:
-    """Waiter registry plus the reader task. ``redis`` must be a client reserved for this bus (its
+class RedisReplies:
+    """Waiters plus the reader task. ``redis`` must be a client reserved for this reader (its
     blocking read would stall any other command) with a timeout longer than ``block_s``."""
 
     def __init__(self, redis: PipelinedRedis, stream: str, *, block_s: float, count: int) -> None:
@@ -40,51 +39,41 @@ class ReplyBus:
         self._stream = stream
         self._block_ms = int(block_s * 1000)
         self._count = count
-        self._waiters: dict[str, Waiter] = {}
-        self._marks = 0
+        self.waiters = ReplyWaiters()
         self._last_id = START_ID
         self._trim_from: bytes | None = None
         self._task: asyncio.Task[None] | None = None
 
-    # Waiters -------------------------------------------------------------------------------------
+    # Reply source --------------------------------------------------------------------------------
+    @property
+    def reply_to(self) -> str:
+        return self._stream
+
     def expect(self, job_id: str) -> UnaryWaiter:
-        self._marks += 1
-        waiter = UnaryWaiter(self._marks)
-        self._waiters[job_id] = waiter
-        return waiter
+        return self.waiters.expect(job_id)
 
     def expect_stream(self, job_id: str, limit: int) -> StreamWaiter:
-        self._marks += 1
-        waiter = StreamWaiter(self._marks, limit)
-        self._waiters[job_id] = waiter
-        return waiter
+        return self.waiters.expect_stream(job_id, limit)
 
     def forget(self, job_id: str) -> None:
-        waiter = self._waiters.pop(job_id, None)
-        if waiter is not None:
-            waiter.discard()
+        self.waiters.forget(job_id)
 
     @property
     def in_flight(self) -> int:
-        return len(self._waiters)
+        return self.waiters.in_flight
 
+    # The stream's loss (see reply_stream_keeper) -------------------------------------------------
     def mark(self) -> int:
-        """A point in registration order, for :meth:`fail_before`."""
-        return self._marks
+        """A point in registration order, for :meth:`stream_recreated`."""
+        return self.waiters.mark()
 
-    def fail_before(self, mark: int, error: SluiceError) -> int:
-        """Fail every waiter registered at or before ``mark``; returns how many."""
-        failed = 0
-        for waiter in self._waiters.values():
-            if waiter.mark <= mark:
-                waiter.fail(error)
-                failed += 1
-        return failed
-
-    def restart_from_beginning(self) -> None:
-        """Read the (recreated) stream from its first entry."""
+    def stream_recreated(self, mark: int, error: SluiceError) -> int:
+        """The stream was missing and was created again, empty: read it from its first entry, and
+        fail with ``error`` the calls registered at or before ``mark``, whose replies may have been
+        dropped meanwhile. Returns how many."""
         self._last_id = START_ID
         self._trim_from = None
+        return self.waiters.fail_before(mark, error)
 
     def dispatch(self, raw: bytes) -> None:
         try:
@@ -92,13 +81,11 @@ class ReplyBus:
         except EnvelopeError:
             log.warning("reply entry dropped: not a valid Reply")
             return
-        waiter = self._waiters.get(reply.job_id)
-        if waiter is not None:
-            waiter.deliver(reply)
+        self.waiters.deliver(reply)
 
     # Reader --------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="reply-bus")
+        self._task = asyncio.create_task(self._run(), name="reply-reader")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -116,7 +103,7 @@ class ReplyBus:
                 log.warning("reply stream read failed", error=str(exc), retry_in_s=round(delay_s, 3))
                 await asyncio.sleep(delay_s)
             except Exception:
-                log.exception("reply bus error")
+                log.exception("reply reader error")
                 await asyncio.sleep(backoff.next_delay_s())
 
     async def read_once(self) -> None:

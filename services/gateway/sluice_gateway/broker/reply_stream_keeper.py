@@ -15,7 +15,7 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.redis_errors import RedisError
 
-from sluice_gateway.broker.redis_replies import ReplyBus
+from sluice_gateway.broker.redis_replies import RedisReplies
 
 log = get_logger(__name__)
 
@@ -27,14 +27,14 @@ class ReplyStreamKeeper:
     def __init__(
         self,
         redis: ControlRedis,
-        bus: ReplyBus,
+        replies: RedisReplies,
         gateway_id: str,
         *,
         ttl_s: float,
         interval_s: float,
         alive_value: str,
     ) -> None:
-        self._bus = bus
+        self._replies = replies
         self._keys = [keys.reply_stream(gateway_id), keys.gateway_alive(gateway_id)]
         self._args: list[str | int] = [int(ttl_s * 1000), alive_value]
         self._interval_s = interval_s
@@ -51,13 +51,12 @@ class ReplyStreamKeeper:
     async def refresh(self) -> bool:
         """Refresh the TTLs; if the stream had vanished, fail the calls waiting on it and recreate it.
         Returns whether it had vanished."""
-        mark = self._bus.mark()
+        mark = self._replies.mark()
         created = await self._script(keys=self._keys, args=self._args)
         if not created:
             return False
         # Replies sent while the stream was missing were dropped (workers XADD with NOMKSTREAM).
-        self._bus.restart_from_beginning()
-        failed = self._bus.fail_before(mark, SluiceError(ErrorCode.UNAVAILABLE, LOST_MESSAGE))
+        failed = self._replies.stream_recreated(mark, SluiceError(ErrorCode.UNAVAILABLE, LOST_MESSAGE))
         if self.established:
             log.warning("reply stream vanished and was recreated", failed_calls=failed)
         self.established = True

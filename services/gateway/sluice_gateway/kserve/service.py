@@ -20,9 +20,9 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.records import VersionRecord
 from sluice.redis_errors import RedisError
 
+from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE
 from sluice_gateway.dataplane import DataPlane, InferenceCall
 from sluice_gateway.inflight import PendingJob, StreamJob
-from sluice_gateway.job_envelopes import UNAVAILABLE_MESSAGE
 from sluice_gateway.kserve.metadata import EXTENSIONS, SERVER_NAME, ModelConfigView, ModelMetadata
 from sluice_gateway.kserve.metadata import model_config as build_model_config
 from sluice_gateway.kserve.metadata import model_metadata as build_model_metadata
