@@ -30,7 +30,7 @@ from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api.server import Readiness, add_reflection, create_server
 from sluice_gateway.health import ModelHealth, redis_answers
 from sluice_gateway.kserve import grpc as kserve_grpc
-from sluice_gateway.kserve.service import V2Service
+from sluice_gateway.kserve.service import KServeService
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import RegistryCache, RegistryEvents
 from sluice_gateway.security import gateway_security, warn_exposure
@@ -85,8 +85,8 @@ class Gateway:
             cancel_margin_s=settings.cancel_margin_s,
             observer=self.metrics,
         )
-        # KServe v2 (gRPC now; transport-agnostic, so REST can share it and its statistics).
-        self.v2 = V2Service(
+        # KServe v2, transport-agnostic: the gRPC servicer and the REST routes share it and its statistics.
+        self.kserve = KServeService(
             self.plane, self.cache, self.redis, gateway_ready=self._ready, version=sluice_version
         )
         self.listeners: list[HttpListener] = []
@@ -109,7 +109,9 @@ class Gateway:
         )
         kserve_grpc.add_to_server(
             self.server,
-            kserve_grpc.KServeInference(self.v2, stream_max_in_flight=settings.kserve_stream_max_in_flight),
+            kserve_grpc.KServeInference(
+                self.kserve, stream_max_in_flight=settings.kserve_stream_max_in_flight
+            ),
         )
         services = [torchserve_grpc.SERVICE_NAME, *kserve_grpc.SERVICE_NAMES]
         self.readiness = Readiness(
@@ -156,7 +158,7 @@ class Gateway:
 
         settings = self.settings
         rest = inference_listener(
-            settings, self.plane, self.cache, ModelHealth(self.redis), self.v2, self._rest_middlewares()
+            settings, self.plane, self.cache, ModelHealth(self.redis), self.kserve, self._rest_middlewares()
         )
         self.listeners.append(rest)
         self.rest_port = await rest.start()

@@ -28,7 +28,7 @@ def broken_internals(monkeypatch: pytest.MonkeyPatch) -> None:
         raise RuntimeError(SECRET)
 
     monkeypatch.setattr(health.ModelHealth, "healthy", explode)
-    monkeypatch.setattr(kserve_service.V2Service, "ready", explode)
+    monkeypatch.setattr(kserve_service.KServeService, "ready", explode)
     return
 
 

@@ -10,7 +10,7 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.kserve.datatypes import DATATYPES
 from sluice.kserve.declaration import ModelTensors, TensorSpec
 from sluice.v1 import kserve_pb2 as pb
-from sluice_gateway.kserve.grpc_codec import to_v2_request
+from sluice_gateway.kserve.grpc_codec import to_kserve_request
 from sluice_gateway.kserve.validation import check_request
 
 Input = pb.ModelInferRequest.InferInputTensor
@@ -38,7 +38,7 @@ def _request(*inputs: Input, raw: list[bytes] | None = None, outputs: Sequence[s
         outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name=name) for name in outputs],
         **kw,
     )
-    return to_v2_request(pb.ModelInferRequest.FromString(message.SerializeToString()))
+    return to_kserve_request(pb.ModelInferRequest.FromString(message.SerializeToString()))
 
 
 def _typed(name: str, datatype: str, shape: list[int], field: str, values: list[Any]) -> Input:
@@ -300,9 +300,9 @@ def test_classification_is_refused() -> None:
             )
         ],
     )
-    assert "classification extension is not supported" in _invalid(to_v2_request(message))
+    assert "classification extension is not supported" in _invalid(to_kserve_request(message))
 
 
 # Item 26: an empty request is refused as a request (the unknown model comes first on the server).
 def test_an_empty_request_has_nothing_to_validate() -> None:
-    check_request(to_v2_request(pb.ModelInferRequest()), ModelTensors())
+    check_request(to_kserve_request(pb.ModelInferRequest()), ModelTensors())

@@ -1,5 +1,5 @@
 """KServe v2 ``inference.GRPCInferenceService`` (Triton's superset plus Modular MAX's ModelInferStream)
-over the transport-agnostic :class:`V2Service`; also served under TorchServe's name
+over the transport-agnostic :class:`KServeService`; also served under TorchServe's name
 ``org.pytorch.serve.grpc.openinference.GRPCInferenceService`` (wire-identical messages).
 
 Registered with generic method handlers: the inference rpcs take the raw request bytes (forwarded to
@@ -19,7 +19,7 @@ from sluice.v1 import kserve_pb2 as pb
 from sluice_gateway.kserve import grpc_codec
 from sluice_gateway.kserve.grpc_stream import StreamInferCall
 from sluice_gateway.kserve.grpc_wire import has_outputs
-from sluice_gateway.kserve.service import V2Service
+from sluice_gateway.kserve.service import KServeService
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 TORCHSERVE_SERVICE_NAME = "org.pytorch.serve.grpc.openinference.GRPCInferenceService"
@@ -31,7 +31,7 @@ Context = Any  # grpc.aio.ServicerContext
 
 
 class KServeInference:
-    def __init__(self, service: V2Service, *, stream_max_in_flight: int) -> None:
+    def __init__(self, service: KServeService, *, stream_max_in_flight: int) -> None:
         self._service = service
         self._stream_max_in_flight = stream_max_in_flight
 

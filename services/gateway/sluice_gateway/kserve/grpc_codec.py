@@ -1,4 +1,4 @@
-"""KServe v2 gRPC messages <-> the transport-agnostic v2 service. Inference requests are parsed to
+"""KServe v2 gRPC messages <-> the transport-agnostic KServe service. Inference requests are parsed to
 route and validate only (the original bytes go to the worker); responses of the metadata rpcs are
 built here from the service's dataclasses."""
 
@@ -10,7 +10,13 @@ from sluice.kserve.datatypes import CONTENTS_FIELDS
 from sluice.v1 import kserve_pb2 as pb
 
 from sluice_gateway.kserve.metadata import ModelConfigView, ModelMetadata, TensorMetadata
-from sluice_gateway.kserve.request import InputTensor, Parameter, ParameterKind, RequestedOutput, V2Request
+from sluice_gateway.kserve.request import (
+    InputTensor,
+    KServeRequest,
+    Parameter,
+    ParameterKind,
+    RequestedOutput,
+)
 from sluice_gateway.kserve.service import IndexEntry, ServerMetadata, StatsEntry
 from sluice_gateway.kserve.stats import Duration
 
@@ -25,17 +31,17 @@ _PARAMETER_KINDS: dict[str, ParameterKind] = {
 }
 
 
-def parse_infer_request(raw: bytes) -> V2Request:
+def parse_infer_request(raw: bytes) -> KServeRequest:
     message = pb.ModelInferRequest()
     try:
         message.ParseFromString(raw)
     except DecodeError as exc:
         raise SluiceError(ErrorCode.INVALID_ARGUMENT, INVALID_REQUEST) from exc
-    return to_v2_request(message)
+    return to_kserve_request(message)
 
 
-def to_v2_request(message: pb.ModelInferRequest) -> V2Request:
-    return V2Request(
+def to_kserve_request(message: pb.ModelInferRequest) -> KServeRequest:
+    return KServeRequest(
         model=message.model_name,
         version=message.model_version,
         request_id=message.id,

@@ -38,7 +38,7 @@ class RequestedOutput:
 
 
 @dataclass(frozen=True, slots=True)
-class V2Request:
+class KServeRequest:
     model: str
     version: str
     request_id: str

@@ -1,17 +1,17 @@
 """KServe v2 REST (the Open Inference Protocol's HTTP form, with Triton's binary tensor data extension)
-on the transport-agnostic :class:`~sluice_gateway.kserve.service.V2Service` the gRPC servicer uses.
+on the transport-agnostic :class:`~sluice_gateway.kserve.service.KServeService` the gRPC servicer uses.
 Errors answer ``{"error": "<message>"}`` (see :mod:`.errors`)."""
 
 from aiohttp import web
 
-from sluice_gateway.kserve.grpc_codec import model_config, statistics, to_v2_request
+from sluice_gateway.kserve.grpc_codec import model_config, statistics, to_kserve_request
 from sluice_gateway.kserve.rest_codec import (
     HEADER_LENGTH,
     infer_response_body,
     message_json,
     parse_infer_request,
 )
-from sluice_gateway.kserve.service import V2Service
+from sluice_gateway.kserve.service import KServeService
 
 
 def _model(request: web.Request) -> tuple[str, str]:
@@ -19,7 +19,7 @@ def _model(request: web.Request) -> tuple[str, str]:
 
 
 class KServeRoutes:
-    def __init__(self, service: V2Service) -> None:
+    def __init__(self, service: KServeService) -> None:
         self._service = service
 
     def routes(self) -> list[web.RouteDef]:
@@ -90,7 +90,7 @@ class KServeRoutes:
         parsed = parse_infer_request(await request.read(), request.headers.get(HEADER_LENGTH), model, version)
         raw = parsed.message.SerializeToString()
         body, header_length = infer_response_body(
-            await self._service.infer(to_v2_request(parsed.message), raw, None), parsed
+            await self._service.infer(to_kserve_request(parsed.message), raw, None), parsed
         )
         if header_length is None:
             return web.Response(body=body, content_type="application/json")

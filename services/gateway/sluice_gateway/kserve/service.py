@@ -1,7 +1,7 @@
 """The KServe v2 / Open Inference Protocol service, transport-agnostic: health, metadata, configuration,
 statistics, repository index and inference over the :class:`DataPlane`.
 
-Transports convert their request into :class:`V2Request` (and keep the original bytes, which go to
+Transports convert their request into :class:`KServeRequest` (and keep the original bytes, which go to
 the worker undecoded as ``Job.request``), await one call here and convert the result back. Requests
 are checked against the version they resolve to before anything is enqueued
 (:mod:`sluice_gateway.kserve.validation`). Responses are built by the worker; this layer returns them as
@@ -27,7 +27,7 @@ from sluice_gateway.kserve.metadata import EXTENSIONS, SERVER_NAME, ModelConfigV
 from sluice_gateway.kserve.metadata import model_config as build_model_config
 from sluice_gateway.kserve.metadata import model_metadata as build_model_metadata
 from sluice_gateway.kserve.readiness import RegistryReadiness, version_ready
-from sluice_gateway.kserve.request import RequestOptions, V2Request, request_options
+from sluice_gateway.kserve.request import KServeRequest, RequestOptions, request_options
 from sluice_gateway.kserve.stats import InferenceStats, Outcome, VersionStats
 from sluice_gateway.kserve.validation import check_request
 from sluice_gateway.registry_cache import VersionResolver, model_not_found
@@ -59,14 +59,14 @@ class IndexEntry:
     reason: str
 
 
-class V2Stream:
+class KServeStream:
     """One streamed inference: its replies in order (the final one last), then stats are recorded."""
 
     def __init__(
         self,
-        service: "V2Service",
+        service: "KServeService",
         job: StreamJob,
-        request: V2Request,
+        request: KServeRequest,
         options: RequestOptions,
         *,
         decoupled: bool,
@@ -105,7 +105,7 @@ class _Admission:
     batch_size: int = 1
 
 
-class V2Service:
+class KServeService:
     def __init__(
         self,
         plane: DataPlane,
@@ -155,7 +155,7 @@ class V2Service:
         return await self._resolver.resolve(names.check_model_name(model), version)
 
     # Inference -----------------------------------------------------------------------------------
-    async def infer(self, request: V2Request, raw: bytes, timeout_s: float | None) -> bytes:
+    async def infer(self, request: KServeRequest, raw: bytes, timeout_s: float | None) -> bytes:
         """Run one request to its final reply; returns the worker-built ModelInferResponse bytes."""
         options = request_options(request.parameters)
         _check_version_name(request)
@@ -170,7 +170,7 @@ class V2Service:
             job.close()
             self.record_outcome(job, admission.batch_size, ok, started_ns)
 
-    async def open_stream(self, request: V2Request, raw: bytes, timeout_s: float | None) -> V2Stream:
+    async def open_stream(self, request: KServeRequest, raw: bytes, timeout_s: float | None) -> KServeStream:
         """Admit one request of a streaming rpc. A decoupled model's job streams (runs alone, every
         intermediate result is a response); any other model's job may share a batch and answers once."""
         options = request_options(request.parameters)
@@ -179,11 +179,11 @@ class V2Service:
             request, raw, _earliest(timeout_s, options.timeout_s), unary=False, stream_in_batch=not decoupled
         )
         job = await self._plane.submit_stream(admission.call)
-        return V2Stream(self, job, request, options, decoupled=decoupled, batch_size=admission.batch_size)
+        return KServeStream(self, job, request, options, decoupled=decoupled, batch_size=admission.batch_size)
 
     def _admission(
         self,
-        request: V2Request,
+        request: KServeRequest,
         raw: bytes,
         timeout_s: float | None,
         *,
@@ -267,7 +267,7 @@ def invalid_version(model: str) -> SluiceError:
     return SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid model version for model '{model}'")
 
 
-def _check_version_name(request: V2Request) -> None:
+def _check_version_name(request: KServeRequest) -> None:
     if request.version and not names.is_valid(request.version):
         raise invalid_version(request.model)
 

@@ -17,17 +17,17 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.kserve.datatypes import BYTES, DATATYPES, element_count, shape_text
 from sluice.kserve.declaration import ModelTensors, TensorSpec
 
-from sluice_gateway.kserve.request import InputTensor, RequestedOutput, V2Request
+from sluice_gateway.kserve.request import InputTensor, KServeRequest, RequestedOutput
 
 _LENGTH = struct.Struct("<I")
 
 
-def check_request(request: V2Request, tensors: ModelTensors) -> None:
+def check_request(request: KServeRequest, tensors: ModelTensors) -> None:
     check_tensors(request)
     check_against_model(request, tensors)
 
 
-def check_tensors(request: V2Request) -> None:
+def check_tensors(request: KServeRequest) -> None:
     model = request.model
     raw = request.raw_input_contents
     names = [tensor.name for tensor in request.inputs]
@@ -57,7 +57,7 @@ def _check_datatype_and_shape(tensor: InputTensor, model: str) -> None:
         )
 
 
-def _check_raw_layout(request: V2Request) -> None:
+def _check_raw_layout(request: KServeRequest) -> None:
     for tensor in request.inputs:
         if tensor.typed_counts is not None:
             raise _invalid(
@@ -147,7 +147,7 @@ def _check_typed(tensor: InputTensor, model: str) -> None:
         )
 
 
-def check_against_model(request: V2Request, tensors: ModelTensors) -> None:
+def check_against_model(request: KServeRequest, tensors: ModelTensors) -> None:
     model = request.model
     if tensors.inputs:
         _check_input_names(request, tensors)
@@ -158,7 +158,7 @@ def check_against_model(request: V2Request, tensors: ModelTensors) -> None:
     _check_outputs(request.outputs, tensors, model)
 
 
-def _check_input_names(request: V2Request, tensors: ModelTensors) -> None:
+def _check_input_names(request: KServeRequest, tensors: ModelTensors) -> None:
     given = [tensor.name for tensor in request.inputs]
     for name in given:
         if tensors.input(name) is None:

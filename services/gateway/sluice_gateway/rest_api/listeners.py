@@ -9,7 +9,7 @@ from sluice.http_listener import HttpListener, parse_address
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
 from sluice_gateway.kserve.rest import KServeRoutes
-from sluice_gateway.kserve.service import V2Service
+from sluice_gateway.kserve.service import KServeService
 from sluice_gateway.metrics.http import MetricsRoutes
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import VersionResolver
@@ -23,10 +23,10 @@ def inference_listener(
     plane: DataPlane,
     resolver: VersionResolver,
     model_health: ModelHealth,
-    v2: V2Service,
+    kserve: KServeService,
     middlewares: Sequence[Any] = (),
 ) -> HttpListener:
-    routes = TorchServeRoutes(plane, resolver, model_health).routes() + KServeRoutes(v2).routes()
+    routes = TorchServeRoutes(plane, resolver, model_health).routes() + KServeRoutes(kserve).routes()
     app = create_app(routes, max_request_size=settings.max_request_size, extra_middlewares=middlewares)
     return HttpListener(app, parse_address(settings.inference_address), cancel_on_disconnect=True)
 
