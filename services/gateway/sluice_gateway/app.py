@@ -16,6 +16,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import grpc
 from sluice import __version__ as sluice_version
 from sluice import keys
 from sluice.control_redis import COMMAND_TIMEOUT_S, ControlRedis
@@ -48,7 +49,7 @@ class Gateway:
         self,
         settings: GatewaySettings,
         *,
-        interceptors: Sequence[Any] = (),
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
         rest_middlewares: Callable[[], Sequence[Any]] = tuple,
     ) -> None:
         """``rest_middlewares`` is called when the REST listener starts (after gRPC serves)."""
@@ -90,7 +91,7 @@ class Gateway:
             self.plane, self.cache, self.redis, gateway_ready=self._ready, version=sluice_version
         )
         self.listeners: list[HttpListener] = []
-        self.server: Any = None
+        self.server: grpc.aio.Server | None = None
         self.readiness: Readiness | None = None
         self._keeper: ReplyStreamKeeper | None = None
 

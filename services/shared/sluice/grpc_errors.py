@@ -23,7 +23,7 @@ from sluice.status_map import grpc_details, grpc_status
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
-Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+Context = grpc.aio.ServicerContext[Any, Any]
 # Not subscriptable at run time: the alias is a string.
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 # How a status's details are written from the error.
@@ -82,18 +82,19 @@ class StatusMapping:
 
     def guard(self, handler: Handler) -> Handler:
         """The same handler, its behaviour wrapped by :meth:`unary` or :meth:`streaming`."""
+        # The stubs type a handler's behaviours for the blocking server; here they are coroutines.
+        behaviors: Any = handler
         serializers = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
         }
-        behavior: Any
-        if (behavior := handler.unary_unary) is not None:
-            return grpc.unary_unary_rpc_method_handler(self.unary(behavior), **serializers)
-        if (behavior := handler.stream_unary) is not None:
-            return grpc.stream_unary_rpc_method_handler(self.unary(behavior), **serializers)
-        if (behavior := handler.unary_stream) is not None:
-            return grpc.unary_stream_rpc_method_handler(self.streaming(behavior), **serializers)
-        return grpc.stream_stream_rpc_method_handler(self.streaming(handler.stream_stream), **serializers)
+        if behaviors.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(self.unary(behaviors.unary_unary), **serializers)
+        if behaviors.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(self.unary(behaviors.stream_unary), **serializers)
+        if behaviors.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(self.streaming(behaviors.unary_stream), **serializers)
+        return grpc.stream_stream_rpc_method_handler(self.streaming(behaviors.stream_stream), **serializers)
 
 
 def add_service(
@@ -107,4 +108,5 @@ def add_service(
     guarded = {name: mapping.guard(handler) for name, handler in handlers.items()}
     for service in service_names:
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, guarded),))
-        server.add_registered_method_handlers(service, guarded)
+        # grpc >= 1.62 (looked up without the generic handlers); types-grpcio does not declare it yet.
+        server.add_registered_method_handlers(service, guarded)  # type: ignore[attr-defined]

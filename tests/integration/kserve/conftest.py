@@ -5,7 +5,7 @@ import asyncio
 import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
@@ -21,6 +21,9 @@ from sluice_gateway.app import Gateway
 from tests.integration.gateway.conftest import make_settings, register
 from tests.support.redis_server import RedisServer
 from tests.support.responder import Responder, Script
+
+if TYPE_CHECKING:
+    from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceAsyncStub
 
 __all__ = ["ADD_ONE", "jobs_queued", "kserve_ok", "register", "startup_report"]
 
@@ -85,7 +88,7 @@ async def channel(gateway: Gateway) -> AsyncIterator[grpc.aio.Channel]:
 
 
 @pytest.fixture
-def stub(channel: grpc.aio.Channel) -> GRPCInferenceServiceStub:
+def stub(channel: grpc.aio.Channel) -> "GRPCInferenceServiceAsyncStub":
     return GRPCInferenceServiceStub(channel)
 
 

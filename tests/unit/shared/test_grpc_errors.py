@@ -1,7 +1,7 @@
 """The one place errors become gRPC statuses: every handler of a service wrapped at registration."""
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -54,7 +54,7 @@ async def one_then_fail(request: bytes, context: Any) -> AsyncIterator[bytes]:
 async def aborted_with(mapping: StatusMapping, method: Any) -> tuple[Any, str] | None:
     context = FakeContext()
     with pytest.raises(Aborted):
-        await mapping.unary(method)(b"", context)
+        await mapping.unary(method)(b"", cast(Any, context))
     return context.aborted
 
 
@@ -91,7 +91,7 @@ async def test_a_dependency_that_is_down_is_unavailable() -> None:
 
 
 async def test_streaming_wrapper_maps_errors_after_messages() -> None:
-    context = FakeContext()
+    context: Any = FakeContext()
     received = []
     with pytest.raises(Aborted):  # noqa: PT012 - the messages before the error matter too
         async for message in StatusMapping().streaming(one_then_fail)(b"", context):
@@ -112,7 +112,7 @@ async def test_add_service_guards_every_handler_of_every_kind_under_each_name() 
         "Bidi": grpc.stream_stream_rpc_method_handler(one_then_fail),
         "Echo": grpc.unary_unary_rpc_method_handler(echo),
     }
-    server = FakeServer()
+    server: Any = FakeServer()
     add_service(server, ["a.Service", "b.Service"], handlers, StatusMapping(details=plain_details))
     assert len(server.generic) == 2
     assert set(server.registered) == {"a.Service", "b.Service"}

@@ -13,9 +13,11 @@ from contextlib import aclosing
 from typing import Any
 
 import grpc
-from sluice.grpc_errors import StatusMapping, add_service, plain_details
+from google.protobuf.message import Message
+from sluice.grpc_errors import Handler, StatusMapping, add_service, plain_details
 from sluice.v1 import kserve_pb2 as pb
 
+from sluice_gateway.grpc_api import RawContext
 from sluice_gateway.kserve import grpc_codec
 from sluice_gateway.kserve.grpc_stream import StreamInferCall
 from sluice_gateway.kserve.grpc_wire import has_outputs
@@ -27,7 +29,8 @@ SERVICE_NAMES = (SERVICE_NAME, TORCHSERVE_SERVICE_NAME)
 # Status details are the bare message (no TorchServe exception class).
 KSERVE_STATUS = StatusMapping(details=plain_details)
 
-Context = Any  # grpc.aio.ServicerContext
+# The context of the rpcs whose messages grpc (de)serializes.
+Context = grpc.aio.ServicerContext[Message, Message]
 
 
 class KServeInference:
@@ -67,11 +70,11 @@ class KServeInference:
     ) -> pb.RepositoryIndexResponse:
         return grpc_codec.repository_index(await self._service.repository_index(request.ready))
 
-    async def model_infer(self, raw: bytes, context: Context) -> bytes:
+    async def model_infer(self, raw: bytes, context: RawContext) -> bytes:
         request = grpc_codec.parse_infer_request(raw)
         return await self._service.infer(request, raw, context.time_remaining())
 
-    async def model_infer_stream(self, raw: bytes, context: Context) -> AsyncIterator[bytes]:
+    async def model_infer_stream(self, raw: bytes, context: RawContext) -> AsyncIterator[bytes]:
         """MAX's server-streaming rpc: the request's responses, then OK; a failure ends it with a status.
         A closing response without outputs (end marker of a decoupled request) is not sent."""
         request = grpc_codec.parse_infer_request(raw)
@@ -85,7 +88,7 @@ class KServeInference:
                 yield reply.payload
 
     async def model_stream_infer(
-        self, requests: AsyncIterator[bytes], context: Context
+        self, requests: AsyncIterator[bytes], context: RawContext
     ) -> AsyncIterator[bytes]:
         call = StreamInferCall(self._service, context, max_in_flight=self._stream_max_in_flight)
         async with aclosing(call.run(requests)) as responses:
@@ -93,7 +96,7 @@ class KServeInference:
                 yield response
 
 
-def _unary(method: Callable[..., Any], request_type: Any, response_type: Any) -> Any:
+def _unary(method: Callable[..., Any], request_type: type[Message], response_type: type[Message]) -> Handler:
     return grpc.unary_unary_rpc_method_handler(
         method,
         request_deserializer=request_type.FromString,
@@ -101,7 +104,7 @@ def _unary(method: Callable[..., Any], request_type: Any, response_type: Any) ->
     )
 
 
-def handlers(servicer: KServeInference) -> dict[str, Any]:
+def handlers(servicer: KServeInference) -> dict[str, Handler]:
     return {
         "ServerLive": _unary(servicer.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
         "ServerReady": _unary(servicer.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
@@ -124,6 +127,6 @@ def handlers(servicer: KServeInference) -> dict[str, Any]:
     }
 
 
-def add_to_server(server: Any, servicer: KServeInference) -> None:
+def add_to_server(server: grpc.aio.Server, servicer: KServeInference) -> None:
     """Serve under the standard name and TorchServe's; rpcs not registered answer UNIMPLEMENTED."""
     add_service(server, SERVICE_NAMES, handlers(servicer), KSERVE_STATUS)

@@ -9,10 +9,10 @@ How requests, jobs and responses flow is :mod:`bidi_call`'s.
 """
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from sluice.errors import as_sluice_error
 
+from sluice_gateway.grpc_api import RawContext
 from sluice_gateway.grpc_api.bidi_call import BidiCall
 from sluice_gateway.kserve.grpc_codec import parse_infer_request, stream_error
 from sluice_gateway.kserve.grpc_wire import has_outputs, stream_response
@@ -28,7 +28,7 @@ def send_final(stream: KServeStream, payload: bytes) -> bool:
 class StreamInferCall(BidiCall[KServeStream]):
     name = "kserve-stream"
 
-    def __init__(self, service: KServeService, context: Any, *, max_in_flight: int) -> None:
+    def __init__(self, service: KServeService, context: RawContext, *, max_in_flight: int) -> None:
         super().__init__(context, max_in_flight=max_in_flight)
         self._service = service
 

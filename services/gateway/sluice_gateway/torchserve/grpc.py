@@ -6,7 +6,6 @@ bytes and return the worker-built response bytes unchanged (no serializer on eit
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
 
 import grpc
 from google.protobuf.empty_pb2 import Empty
@@ -16,13 +15,13 @@ from sluice.v1 import torchserve_inference_pb2
 from sluice.v1.torchserve_inference_pb2 import TorchServeHealthResponse
 
 from sluice_gateway.dataplane import DataPlane
+from sluice_gateway.grpc_api import RawContext
 from sluice_gateway.health import ModelHealth, health_text
 from sluice_gateway.torchserve.grpc_codec import parse_request, to_call
 from sluice_gateway.torchserve.grpc_stream2 import Stream2Call
 
 SERVICE_NAME: str = torchserve_inference_pb2.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
 
-Context = Any  # grpc.aio.ServicerContext
 # Status details in TorchServe's form: "<message>\n<java exception class>".
 TORCHSERVE_STATUS = StatusMapping()
 
@@ -54,22 +53,24 @@ class TorchServeInference:
         async for raw in requests:
             yield self._check_size(raw)
 
-    async def ping(self, request: Empty, context: Context) -> TorchServeHealthResponse:
+    async def ping(
+        self, request: Empty, context: grpc.aio.ServicerContext[Empty, TorchServeHealthResponse]
+    ) -> TorchServeHealthResponse:
         return TorchServeHealthResponse(health=health_text(await self._model_health.healthy()))
 
-    async def predictions(self, raw: bytes, context: Context) -> bytes:
+    async def predictions(self, raw: bytes, context: RawContext) -> bytes:
         call = to_call(parse_request(self._check_size(raw)), raw, context.time_remaining())
         reply = await self._plane.infer(call)
         return reply.payload
 
-    async def stream_predictions(self, raw: bytes, context: Context) -> AsyncIterator[bytes]:
+    async def stream_predictions(self, raw: bytes, context: RawContext) -> AsyncIterator[bytes]:
         call = to_call(parse_request(self._check_size(raw)), raw, context.time_remaining())
         async with aclosing(self._plane.infer_stream(call)) as replies:
             async for reply in replies:
                 yield reply.payload
 
     async def stream_predictions2(
-        self, requests: AsyncIterator[bytes], context: Context
+        self, requests: AsyncIterator[bytes], context: RawContext
     ) -> AsyncIterator[bytes]:
         session = Stream2Call(self._plane, context, max_in_flight=self._stream2_max_in_flight)
         async with aclosing(session.run(self._checked(requests))) as responses:
@@ -77,7 +78,7 @@ class TorchServeInference:
                 yield response
 
 
-def add_to_server(server: Any, servicer: TorchServeInference) -> None:
+def add_to_server(server: grpc.aio.Server, servicer: TorchServeInference) -> None:
     handlers = {
         "Ping": grpc.unary_unary_rpc_method_handler(
             servicer.ping,

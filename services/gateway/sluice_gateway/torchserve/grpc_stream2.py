@@ -5,12 +5,12 @@ messages; a missing ``sequence_id`` or a failing job is answered in-stream with 
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 from sluice.errors import ErrorCode, SluiceError, as_sluice_error
 
 from sluice_gateway.dataplane import DataPlane
+from sluice_gateway.grpc_api import RawContext
 from sluice_gateway.grpc_api.bidi_call import BidiCall
 from sluice_gateway.inflight import StreamJob
 from sluice_gateway.torchserve.grpc_codec import (
@@ -38,7 +38,7 @@ class SequencedJob:
 class Stream2Call(BidiCall[SequencedJob]):
     name = "stream2"
 
-    def __init__(self, plane: DataPlane, context: Any, *, max_in_flight: int) -> None:
+    def __init__(self, plane: DataPlane, context: RawContext, *, max_in_flight: int) -> None:
         super().__init__(context, max_in_flight=max_in_flight)
         self._plane = plane
 
