@@ -84,6 +84,7 @@ class DataPlane:
         self._resolver = resolver
         self._admission = admission
         self._replies = replies
+        self._reply_to = replies.reply_to
         self._default_timeout_s = default_timeout_s
         self._stream_buffer_replies = stream_buffer_replies
         self._cancel_margin_ms = int(cancel_margin_s * 1000)
@@ -155,7 +156,7 @@ class DataPlane:
                 protocol=call.protocol,
                 model=model,
                 version=version,
-                reply_to=self._replies.reply_to,
+                reply_to=self._reply_to,
                 request=call.request,
                 now_ms=now_ms,
                 timeout_s=timeout_s,
