@@ -140,7 +140,7 @@ async def grpc_unary_load(
     """Closed-loop unary calls of ``method`` with the same pre-serialized ``request`` on one channel."""
     async with grpc_channel(target) as channel:
         # No (de)serializers: bytes go out as they are and come back undecoded.
-        stub = channel.unary_unary(method)
+        stub: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(method)
 
         def call() -> Awaitable[Any]:
             answer: Awaitable[Any] = stub(request, timeout=timeout_s)
@@ -169,7 +169,7 @@ async def grpc_stream_load(
 ) -> LoadResult:
     """Closed-loop server-streaming calls; every message must carry the handler's send stamp."""
     async with grpc_channel(target) as channel:
-        stub = channel.unary_stream(method)
+        stub: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(method)
 
         async def call() -> list[int]:
             relays = []
@@ -248,7 +248,9 @@ async def hold_streams(
     calls: list[Any] = []
     try:
         for index in range(count):
-            stub = opened[index % len(opened)].unary_stream(method)
+            stub: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = opened[index % len(opened)].unary_stream(
+                method
+            )
             calls.append(stub(request, timeout=hold_s + 60.0))
         readers = [asyncio.create_task(_drain(call)) for call in calls]
         await asyncio.sleep(hold_s)

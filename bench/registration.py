@@ -1,6 +1,7 @@
 """Register-to-READY through TorchServe's gRPC management API, timed the same way on both servers."""
 
 import time
+from typing import TypeAlias
 
 import grpc
 from sluice.v1 import torchserve_management_pb2 as mgmt
@@ -9,6 +10,8 @@ from bench.servers.common import Server, predict_ok, wait_until
 
 REGISTER_MODEL = "mlp_b1_w1"
 MANAGEMENT_SERVICE = "/org.pytorch.serve.grpc.management.ManagementAPIsService"
+# No (de)serializers: serialized requests out, raw bytes back.
+Call: TypeAlias = "grpc.UnaryUnaryMultiCallable[bytes, bytes]"
 
 
 def time_grpc_register(server: Server, model: str, probe: bytes) -> float | None:
@@ -17,8 +20,8 @@ def time_grpc_register(server: Server, model: str, probe: bytes) -> float | None
     the gRPC management API)."""
     target = f"127.0.0.1:{server.ports.grpc_management}"
     with grpc.insecure_channel(target) as channel:
-        unregister = channel.unary_unary(f"{MANAGEMENT_SERVICE}/UnregisterModel")
-        register = channel.unary_unary(f"{MANAGEMENT_SERVICE}/RegisterModel")
+        unregister: Call = channel.unary_unary(f"{MANAGEMENT_SERVICE}/UnregisterModel")
+        register: Call = channel.unary_unary(f"{MANAGEMENT_SERVICE}/RegisterModel")
         try:
             unregister(mgmt.UnregisterModelRequest(model_name=model).SerializeToString(), timeout=120)
         except grpc.RpcError:

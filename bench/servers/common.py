@@ -100,7 +100,7 @@ class StartTiming:
 def ping_healthy(target: str, timeout_s: float = 0.5) -> bool:
     """TorchServe's gRPC ``Ping`` answers with a health text that says Healthy."""
     with grpc.insecure_channel(target) as channel:
-        ping = channel.unary_unary(PING_METHOD)
+        ping: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(PING_METHOD)
         try:
             answer = ping(b"", timeout=timeout_s)
         except grpc.RpcError:
@@ -111,7 +111,8 @@ def ping_healthy(target: str, timeout_s: float = 0.5) -> bool:
 def predict(target: str, request: bytes, timeout_s: float = 5.0) -> bytes:
     """One ``Predictions`` call; the serialized response (grpc.RpcError when it fails)."""
     with grpc.insecure_channel(target) as channel:
-        answer: bytes = channel.unary_unary(PREDICTIONS_METHOD)(request, timeout=timeout_s)
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(PREDICTIONS_METHOD)
+        answer = call(request, timeout=timeout_s)
     return answer
 
 

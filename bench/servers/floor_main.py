@@ -27,7 +27,7 @@ async def serve(port: int, answer: bytes) -> None:
     async def ping(_request: bytes, _context: object) -> bytes:
         return healthy
 
-    handlers = {
+    handlers: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
         PREDICTIONS_METHOD.rsplit("/", 1)[1]: grpc.unary_unary_rpc_method_handler(predictions),
         PING_METHOD.rsplit("/", 1)[1]: grpc.unary_unary_rpc_method_handler(ping),
     }

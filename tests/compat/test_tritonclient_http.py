@@ -16,9 +16,9 @@ import pytest
 import redis
 import tritonclient.http as httpclient
 from sluice import keys
+from sluice.kserve.declaration import parse_model_tensors
 from sluice.records import StartupReport, VersionRecord
 from sluice.registry_store import RegistryStore
-from sluice.v2_declaration import parse_model_tensors
 from tritonclient.utils import InferenceServerException
 
 from tests.support import kserve_models, stack

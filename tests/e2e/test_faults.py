@@ -123,7 +123,7 @@ def test_handler_exception_is_prediction_failed_and_the_worker_survives(
     before = set(stack.worker_pids("faulty").values())
     error = error_of(stub, "raise")
     assert error.code() is grpc.StatusCode.UNAVAILABLE
-    assert error.details().startswith("Prediction failed\n")
+    assert (error.details() or "").startswith("Prediction failed\n")
     assert pid_of(call(stub, "ok")) in before
     assert set(stack.worker_pids("faulty").values()) == before
 
@@ -135,7 +135,7 @@ def test_handler_sys_exit_is_worker_died_and_the_worker_is_replaced(
     before = set(stack.worker_pids("faulty").values())
     error = error_of(stub, "exit")
     assert error.code() is grpc.StatusCode.INTERNAL
-    assert error.details().startswith("Worker died.\n")
+    assert (error.details() or "").startswith("Worker died.\n")
     # The client's error leaves before the dying worker withdraws its record.
     assert len(survivors_of(stack, before, at_most=1)) == 1
     stack.wait_for_workers("faulty", 1, exclude=before)
@@ -154,7 +154,7 @@ def test_handler_past_response_timeout_is_worker_died_and_others_keep_serving(
             assert call(stub, "hi", model="echo", timeout_s=10) == "hi"
         error = hanging.result(timeout=60)
     assert error.code() is grpc.StatusCode.INTERNAL
-    assert error.details().startswith("Worker died.\n")
+    assert (error.details() or "").startswith("Worker died.\n")
     stack.wait_for_workers("faulty", 1, exclude=before)
     assert eventually_ok(stub, "ok").startswith("ok pid=")
 
@@ -185,7 +185,7 @@ def test_queue_full_is_rejected_at_once(stack: Stack, stub: pb_grpc.InferenceAPI
         for answer in busy:
             answer.result(timeout=60)
     assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert error.details().startswith('Model "faulty" has no worker to serve inference request.')
+    assert (error.details() or "").startswith('Model "faulty" has no worker to serve inference request.')
     assert waited_s < 2, "rejection must not wait for the queue to drain"
 
 

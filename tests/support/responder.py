@@ -20,11 +20,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sluice import keys
+from sluice.cancellation import cancel_and_wait
 from sluice.envelope import FIELD, Job, Reply, decode_job, encode_reply
 from sluice.errors import ErrorCode
 from sluice.records import WorkerRecord, WorkerStatus
 from sluice.redis_client import connect
-from sluice.tasks import cancel_and_wait
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
 Script = Callable[[Job], AsyncIterator[Reply]]

@@ -8,6 +8,7 @@ request is parsed, so one helper covers every method of every service.
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from sluice.auth_keys import KeyKind, KeySet
@@ -91,7 +92,8 @@ async def call_raw(
 async def _call_once(
     channel: grpc.aio.Channel, method: Method, metadata: Metadata, request: bytes, timeout_s: float
 ) -> tuple[grpc.StatusCode, str]:
-    kind = {
+    # Each kind of multicallable has its own type; the call below fits all four.
+    kind: Any = {
         (False, False): channel.unary_unary,
         (False, True): channel.unary_stream,
         (True, False): channel.stream_unary,

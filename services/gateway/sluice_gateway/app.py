@@ -16,6 +16,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import grpc
 from sluice import __version__ as sluice_version
 from sluice import keys
 from sluice.control_redis import COMMAND_TIMEOUT_S, ControlRedis
@@ -23,18 +24,19 @@ from sluice.log import get_logger
 from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError
 
+from sluice_gateway.broker.redis_admission import RedisJobAdmission
+from sluice_gateway.broker.redis_replies import RedisReplies
+from sluice_gateway.broker.reply_stream_keeper import ReplyStreamKeeper
 from sluice_gateway.dataplane import DataPlane
-from sluice_gateway.grpc_api import kserve, torchserve
 from sluice_gateway.grpc_api.server import Readiness, add_reflection, create_server
 from sluice_gateway.health import ModelHealth, redis_answers
-from sluice_gateway.job_queue import RedisJobQueue
+from sluice_gateway.kserve import grpc as kserve_grpc
+from sluice_gateway.kserve.service import KServeService
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import RegistryCache, RegistryEvents
-from sluice_gateway.reply_bus import ReplyBus
-from sluice_gateway.reply_stream import ReplyStreamKeeper
 from sluice_gateway.security import gateway_security, warn_exposure
 from sluice_gateway.settings import GatewaySettings
-from sluice_gateway.v2_service import V2Service
+from sluice_gateway.torchserve import grpc as torchserve_grpc
 
 if TYPE_CHECKING:
     from sluice.http_listener import HttpListener
@@ -47,7 +49,7 @@ class Gateway:
         self,
         settings: GatewaySettings,
         *,
-        interceptors: Sequence[Any] = (),
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
         rest_middlewares: Callable[[], Sequence[Any]] = tuple,
     ) -> None:
         """``rest_middlewares`` is called when the REST listener starts (after gRPC serves)."""
@@ -66,7 +68,7 @@ class Gateway:
             settings.redis_url, timeout_s=settings.reply_block_s + COMMAND_TIMEOUT_S, name="reply-reader"
         )
         self.reply_stream = keys.reply_stream(settings.gateway_id)
-        self.bus = ReplyBus(
+        self.replies = RedisReplies(
             self._reader_redis,
             self.reply_stream,
             block_s=settings.reply_block_s,
@@ -74,23 +76,22 @@ class Gateway:
         )
         self.cache = RegistryCache(self.redis, ttl_s=settings.registry_cache_ttl_s)
         self.events = RegistryEvents(self.redis, self.cache)
-        self.queue = RedisJobQueue(self._hot_redis)
+        self.admission = RedisJobAdmission(self._hot_redis)
         self.plane = DataPlane(
             self.cache,
-            self.queue,
-            self.bus,
-            reply_to=self.reply_stream,
+            self.admission,
+            self.replies,
             default_timeout_s=settings.default_request_timeout_s,
             stream_buffer_replies=settings.stream_buffer_replies,
             cancel_margin_s=settings.cancel_margin_s,
             observer=self.metrics,
         )
-        # KServe v2 (gRPC now; transport-agnostic, so REST can share it and its statistics).
-        self.v2 = V2Service(
+        # KServe v2, transport-agnostic: the gRPC servicer and the REST routes share it and its statistics.
+        self.kserve = KServeService(
             self.plane, self.cache, self.redis, gateway_ready=self._ready, version=sluice_version
         )
         self.listeners: list[HttpListener] = []
-        self.server: Any = None
+        self.server: grpc.aio.Server | None = None
         self.readiness: Readiness | None = None
         self._keeper: ReplyStreamKeeper | None = None
 
@@ -98,20 +99,22 @@ class Gateway:
         """Bind and start serving; returns the bound port."""
         settings = self.settings
         self.server = create_server(settings, self._interceptors)
-        torchserve.add_to_server(
+        torchserve_grpc.add_to_server(
             self.server,
-            torchserve.TorchServeInference(
+            torchserve_grpc.TorchServeInference(
                 self.plane,
                 ModelHealth(self.redis),
                 stream2_max_in_flight=settings.stream2_max_in_flight,
                 max_request_size=settings.max_request_size,
             ),
         )
-        kserve.add_to_server(
+        kserve_grpc.add_to_server(
             self.server,
-            kserve.KServeInference(self.v2, stream_max_in_flight=settings.kserve_stream_max_in_flight),
+            kserve_grpc.KServeInference(
+                self.kserve, stream_max_in_flight=settings.kserve_stream_max_in_flight
+            ),
         )
-        services = [torchserve.SERVICE_NAME, *kserve.SERVICE_NAMES]
+        services = [torchserve_grpc.SERVICE_NAME, *kserve_grpc.SERVICE_NAMES]
         self.readiness = Readiness(
             self.server,
             services,
@@ -120,11 +123,11 @@ class Gateway:
         )
         if settings.enable_reflection:
             # TorchServe's OIP name has no descriptor in our pool: reflection lists the standard name.
-            add_reflection(self.server, [torchserve.SERVICE_NAME, kserve.SERVICE_NAME])
+            add_reflection(self.server, [torchserve_grpc.SERVICE_NAME, kserve_grpc.SERVICE_NAME])
         self.port = self.server.add_insecure_port(settings.bind_address)
         self._keeper = ReplyStreamKeeper(
             self.redis,
-            self.bus,
+            self.replies,
             settings.gateway_id,
             ttl_s=settings.reply_stream_ttl_s,
             interval_s=settings.heartbeat_interval_s,
@@ -135,7 +138,7 @@ class Gateway:
         except RedisError as exc:  # the heartbeat creates it once Redis answers
             log.warning("Redis unreachable at startup", error=str(exc))
         await self.readiness.check_once()
-        for component in (self.bus, self._keeper, self.events, self.readiness):
+        for component in (self.replies, self._keeper, self.events, self.readiness):
             component.start()
         await self.server.start()
         await self._start_http()
@@ -156,7 +159,7 @@ class Gateway:
 
         settings = self.settings
         rest = inference_listener(
-            settings, self.plane, self.cache, ModelHealth(self.redis), self.v2, self._rest_middlewares()
+            settings, self.plane, self.cache, ModelHealth(self.redis), self.kserve, self._rest_middlewares()
         )
         self.listeners.append(rest)
         self.rest_port = await rest.start()
@@ -167,16 +170,16 @@ class Gateway:
 
     async def stop(self, grace_s: float | None = None) -> None:
         grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
-        log.info("gateway draining", grace_s=grace, in_flight=self.bus.in_flight)
+        log.info("gateway draining", grace_s=grace, in_flight=self.replies.in_flight)
         if self.readiness is not None:
             await self.readiness.drain()
         grpc_stopped = self.server.stop(grace) if self.server is not None else asyncio.sleep(0)
         await asyncio.gather(grpc_stopped, *(listener.stop(grace) for listener in self.listeners))
-        await self.queue.drain()
+        await self.admission.drain()
         await self.events.stop()
         if self._keeper is not None:
             await self._keeper.stop()
-        await self.bus.stop()
+        await self.replies.stop()
         with contextlib.suppress(RedisError):
             await self.redis.delete(self.reply_stream, keys.gateway_alive(self.settings.gateway_id))
         await self.redis.aclose()

@@ -1,9 +1,10 @@
 """The transport-agnostic inference data plane: resolve model/version, enqueue one Job, then await
 its final reply or iterate its replies.
 
-Transports (TorchServe gRPC now; KServe v2 gRPC and REST later) convert their request into an
+Transports (TorchServe and KServe v2, gRPC and REST) convert their request into an
 :class:`InferenceCall`, call the data plane once, and convert the replies back. Failures are raised
-as :class:`sluice.errors.SluiceError`; the transport maps them to its status codes once.
+as :class:`sluice.errors.SluiceError`; the transport maps them to its status codes once. The broker
+is reached through two seams (:mod:`sluice_gateway.broker.seam`): job admission and a reply source.
 """
 
 import asyncio
@@ -15,14 +16,22 @@ from typing import Protocol
 import structlog
 from sluice import names
 from sluice.envelope import Reply, WireProtocol, encode_job
-from sluice.errors import SluiceError
+from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.records import VersionRecord
 
-from sluice_gateway.job_queue import JobQueue, VersionGone
-from sluice_gateway.jobs import build_job, effective_timeout_s, new_job_id
-from sluice_gateway.pending_jobs import PendingJob, StreamJob, UnaryJob
+from sluice_gateway.broker.seam import (
+    UNAVAILABLE_MESSAGE,
+    Admission,
+    BrokerUnavailable,
+    JobAdmission,
+    ReplySource,
+)
+from sluice_gateway.inflight import PendingJob, StreamJob, UnaryJob
+from sluice_gateway.job_envelopes import build_job, effective_timeout_s, new_job_id
 from sluice_gateway.registry_cache import VersionResolver, model_not_found, version_not_found
-from sluice_gateway.reply_bus import ReplyBus
+
+# Read once: the hot path compares every enqueue's outcome with it.
+_ADMITTED = Admission.ADMITTED
 
 
 def wall_clock_ms() -> int:
@@ -63,10 +72,9 @@ class DataPlane:
     def __init__(
         self,
         resolver: VersionResolver,
-        queue: JobQueue,
-        bus: ReplyBus,
+        admission: JobAdmission,
+        replies: ReplySource,
         *,
-        reply_to: str,
         default_timeout_s: float | None = None,
         stream_buffer_replies: int = 1024,
         cancel_margin_s: float = 60.0,
@@ -74,9 +82,9 @@ class DataPlane:
         observer: JobObserver | None = None,
     ) -> None:
         self._resolver = resolver
-        self._queue = queue
-        self._bus = bus
-        self._reply_to = reply_to
+        self._admission = admission
+        self._replies = replies
+        self._reply_to = replies.reply_to
         self._default_timeout_s = default_timeout_s
         self._stream_buffer_replies = stream_buffer_replies
         self._cancel_margin_ms = int(cancel_margin_s * 1000)
@@ -111,31 +119,30 @@ class DataPlane:
         return job
 
     def _release(self, job: PendingJob, cancel: bool) -> None:
-        self._bus.forget(job.job_id)
+        self._replies.forget(job.job_id)
         if self._observer is not None:
             self._observer.finished(job)
         if cancel:
             ttl_ms = max(job.deadline_ms - self._clock_ms(), 0) + self._cancel_margin_ms
-            self._queue.cancel(job.model, job.version, job.job_id, ttl_ms)
+            self._admission.cancel(job.model, job.version, job.job_id, ttl_ms)
 
     async def _admit(self, call: InferenceCall, *, streaming: bool) -> PendingJob:
         model = names.check_model_name(call.model)
         if call.version:
             names.check_version(model, call.version)
-        record = await self._resolver.resolve(model, call.version)
-        try:
-            return await self._enqueue(call, record, streaming)
-        except VersionGone:
+        for _look in range(2):
+            record = await self._resolver.resolve(model, call.version)
+            pending = await self._enqueue(call, record, streaming)
+            if pending is not None:
+                return pending
             # The cached registry was stale (version removed, default changed): look again, once.
             self._resolver.invalidate(model)
-        record = await self._resolver.resolve(model, call.version)
-        try:
-            return await self._enqueue(call, record, streaming)
-        except VersionGone:
-            self._resolver.invalidate(model)
-            raise version_not_found(model, call.version) if call.version else model_not_found(model) from None
+        raise version_not_found(model, call.version) if call.version else model_not_found(model)
 
-    async def _enqueue(self, call: InferenceCall, record: VersionRecord, streaming: bool) -> PendingJob:
+    async def _enqueue(
+        self, call: InferenceCall, record: VersionRecord, streaming: bool
+    ) -> PendingJob | None:
+        """The admitted job; None when the version was gone (the registry view was stale)."""
         if call.admit is not None:
             call.admit(record)
         model, version = record.model_name, record.version
@@ -158,9 +165,9 @@ class DataPlane:
             )
         )
         waiter = (
-            self._bus.expect_stream(job_id, self._stream_buffer_replies)
+            self._replies.expect_stream(job_id, self._stream_buffer_replies)
             if streaming
-            else self._bus.expect(job_id)
+            else self._replies.expect(job_id)
         )
         job_class = StreamJob if streaming else UnaryJob
         pending = job_class(
@@ -176,20 +183,27 @@ class DataPlane:
         loop = asyncio.get_running_loop()
         expires_at = loop.time() + timeout_s
         try:
-            await self._queue.enqueue(model, version, encoded)
-        except SluiceError:
-            self._bus.forget(job_id)
-            if self._observer is not None:
-                self._observer.admitted(model, call.version)
-            raise
-        except VersionGone:
-            self._bus.forget(job_id)
-            raise
+            admission = await self._admission.enqueue(model, version, encoded)
+        except BrokerUnavailable as exc:
+            self._replies.forget(job_id)
+            self._count_request(model, call.version)
+            raise SluiceError(ErrorCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
         except BaseException:
             # Cancelled (or failed) mid-enqueue: the job may be queued, so flag it as well.
             self._release(pending, True)
             raise
-        if self._observer is not None:
-            self._observer.admitted(model, call.version)
+        if admission is not _ADMITTED:
+            self._replies.forget(job_id)
+            if admission is Admission.VERSION_GONE:
+                return None
+            self._count_request(model, call.version)
+            code = ErrorCode.NO_WORKER if admission is Admission.NO_WORKER else ErrorCode.QUEUE_FULL
+            raise SluiceError(code, no_worker_message(model))
+        self._count_request(model, call.version)
         pending.arm(loop, expires_at)
         return pending
+
+    def _count_request(self, model: str, requested_version: str) -> None:
+        """Every request for a version that exists counts, whether the queue took it or not."""
+        if self._observer is not None:
+            self._observer.admitted(model, requested_version)

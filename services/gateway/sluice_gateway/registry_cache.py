@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
 from sluice import keys, registry
+from sluice.backoff import Backoff
+from sluice.cancellation import cancel_and_wait
 from sluice.control_redis import ControlRedis
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.records import VersionRecord
 from sluice.redis_errors import RedisError
-from sluice.tasks import cancel_and_wait
 
-from sluice_gateway.backoff import Backoff
-from sluice_gateway.jobs import UNAVAILABLE_MESSAGE
+from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE
 
 log = get_logger(__name__)
 
@@ -154,7 +154,7 @@ class RegistryEvents:
             self._task = None
 
     async def _run(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(first_s=0.05, jitter=True)
         while True:
             try:
                 await self._listen(backoff)
@@ -164,7 +164,7 @@ class RegistryEvents:
                 log.exception("registry events error")
             self.subscribed.clear()
             self._cache.invalidate()
-            await asyncio.sleep(backoff.next_s())
+            await asyncio.sleep(backoff.next_delay_s())
 
     async def _listen(self, backoff: Backoff) -> None:
         async with self._redis.pubsub() as pubsub:

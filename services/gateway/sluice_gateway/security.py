@@ -9,6 +9,7 @@ through the ``interceptors`` / ``rest_middlewares`` seams.
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 from sluice.auth_grpc import TokenAuthInterceptor
 from sluice.auth_keys import KeyKind
 from sluice.auth_settings import TokenErrorCodes
@@ -25,7 +26,7 @@ log = get_logger(__name__)
 
 @dataclass
 class GatewaySecurity:
-    interceptors: list[Any] = field(default_factory=list)
+    interceptors: list[grpc.aio.ServerInterceptor] = field(default_factory=list)
     verifier: TokenVerifier | None = None
     codes: TokenErrorCodes | None = None
     _redis: ControlRedis | None = None

@@ -1,7 +1,9 @@
-"""What a call waits on while its job runs: a future for unary calls, a bounded buffer for streams.
+"""What a call waits on while its job runs (a future for unary calls, a bounded buffer for streams),
+and :class:`ReplyWaiters`, the registry that hands each reply to the waiter of its job.
 
-The reply bus delivers replies into waiters and fails them; the data plane reads them. A waiter
-never blocks the bus: a stream whose reader falls too far behind is failed, not waited for.
+Broker-neutral: a reply source (``broker.redis_replies`` reading Redis, or an in-memory one in unit
+tests) registers waiters, delivers replies into them and fails them; the data plane reads them. A
+waiter never blocks its source: a stream whose reader falls too far behind is failed, not waited for.
 """
 
 import asyncio
@@ -81,3 +83,51 @@ class StreamWaiter:
 
 
 Waiter = UnaryWaiter | StreamWaiter
+
+
+class ReplyWaiters:
+    """Waiters by job id. A reply for a job nobody waits for (a duplicate after a redelivery, a call
+    that already ended) is dropped, which makes each call get exactly one answer."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, Waiter] = {}
+        self._marks = 0
+
+    def expect(self, job_id: str) -> UnaryWaiter:
+        self._marks += 1
+        waiter = UnaryWaiter(self._marks)
+        self._waiters[job_id] = waiter
+        return waiter
+
+    def expect_stream(self, job_id: str, limit: int) -> StreamWaiter:
+        self._marks += 1
+        waiter = StreamWaiter(self._marks, limit)
+        self._waiters[job_id] = waiter
+        return waiter
+
+    def forget(self, job_id: str) -> None:
+        waiter = self._waiters.pop(job_id, None)
+        if waiter is not None:
+            waiter.discard()
+
+    def deliver(self, reply: Reply) -> None:
+        waiter = self._waiters.get(reply.job_id)
+        if waiter is not None:
+            waiter.deliver(reply)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiters)
+
+    def mark(self) -> int:
+        """A point in registration order, for :meth:`fail_before`."""
+        return self._marks
+
+    def fail_before(self, mark: int, error: SluiceError) -> int:
+        """Fail every waiter registered at or before ``mark``; returns how many."""
+        failed = 0
+        for waiter in self._waiters.values():
+            if waiter.mark <= mark:
+                waiter.fail(error)
+                failed += 1
+        return failed

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+from sluice.backoff import Backoff
 from sluice.log import get_logger
 from sluice.redis_client import connect
 from sluice.redis_url import redacted
@@ -142,15 +143,14 @@ class Manager:
 
     async def _take_lease(self) -> bool:
         """Wait for Redis and for the lease (another manager may hold it); False if stopped first."""
-        delay_s = 0.1
+        backoff = Backoff(first_s=0.1, cap_s=2.0)
         while not self.stop.is_set():
             try:
                 if await self.lease.hold():
                     return True
             except RedisError as exc:
                 log.warning("waiting for redis", error=str(exc))
-            await wait_any(self.stop, timeout_s=delay_s)
-            delay_s = min(delay_s * 2, 2.0)
+            await wait_any(self.stop, timeout_s=backoff.next_delay_s())
         return False
 
     async def _serve(self) -> None:
@@ -231,15 +231,14 @@ class Manager:
 
     async def _retrying(self, action: Callable[[], Awaitable[None]], what: str) -> bool:
         """Run ``action`` until it gets through a Redis outage; False if stopped first."""
-        delay_s = 0.2
+        backoff = Backoff(first_s=0.2, cap_s=5.0)
         while not self.stop.is_set():
             try:
                 await action()
                 return True
             except RedisError as exc:
                 log.warning("redis unavailable; will retry", action=what, error=str(exc))
-            await wait_any(self.stop, timeout_s=delay_s)
-            delay_s = min(delay_s * 2, 5.0)
+            await wait_any(self.stop, timeout_s=backoff.next_delay_s())
         return False
 
     async def _shutdown(self) -> None:

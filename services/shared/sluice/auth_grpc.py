@@ -10,7 +10,7 @@ same way as known ones (the method set is not revealed to callers without a key)
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -21,6 +21,9 @@ from sluice.auth_store import TokenVerifier
 from sluice.log import get_logger
 
 log = get_logger(__name__)
+
+# Not subscriptable at run time: the alias is a string.
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 HEALTH_SERVICE = "grpc.health.v1.Health"
 # How much of a refused call's request stream is read before the refusal goes out (see _deny_handler):
@@ -43,7 +46,7 @@ def authorization_values(metadata: Iterable[tuple[str, Any]] | None) -> list[str
     return found
 
 
-class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(
         self,
         verifier: TokenVerifier,
@@ -59,9 +62,9 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def intercept_service(
         self,
-        continuation: Callable[[Any], Awaitable[Any]],
-        handler_call_details: Any,
-    ) -> Any:
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable["Handler | None"]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> "Handler | None":
         method = handler_call_details.method
         if service_of(method) in self._exempt:
             return await continuation(handler_call_details)
@@ -74,7 +77,7 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return _deny_handler(denied)
 
 
-def _deny_handler(denied: Refusal) -> Any:
+def _deny_handler(denied: Refusal) -> Handler:
     """A handler that refuses the call. Stream-stream with no deserializer fits every method kind
     and never parses the request.
 
@@ -83,7 +86,7 @@ def _deny_handler(denied: Refusal) -> Any:
     already ended the call as INTERNAL "Internal error from Core", overwriting the refusal it got
     (grpc/grpc#36066). Seen on bidi calls about one time in ten under load."""
 
-    async def deny(requests: Any, context: Any) -> None:
+    async def deny(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
         await _drain(requests)
         context.set_code(denied.grpc_code)
         context.set_details(denied.message)

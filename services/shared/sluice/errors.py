@@ -1,7 +1,18 @@
-"""Domain errors: a code from a closed set plus a client-safe message. No transport imports here;
-``sluice.status_map`` turns codes into gRPC statuses and REST bodies, once, from a table."""
+"""Domain errors: a code from a closed set plus a client-safe message, and what any other exception
+becomes before a client sees it (:func:`as_sluice_error`). No transport imports here;
+``sluice.status_map`` turns codes into gRPC statuses and REST bodies, once, from a table, and
+``sluice.grpc_errors`` / ``sluice.http_errors`` apply it to every rpc and route.
+"""
 
 import enum
+import uuid
+from dataclasses import dataclass
+
+import structlog
+
+from sluice.log import get_logger
+
+log = get_logger(__name__)
 
 
 class ErrorCode(enum.Enum):
@@ -114,3 +125,34 @@ def no_worker_message(model: str) -> str:
         "workers. If this is a sequence inference, please check if it is closed, or expired; or exceeds "
         "maxSequenceJobQueueSize"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """Exceptions that mean a dependency is unreachable (the manager's redis-py errors): the client is
+    told UNAVAILABLE with ``message`` and the log gets a warning, not a traceback."""
+
+    exceptions: tuple[type[BaseException], ...]
+    message: str
+
+
+def as_sluice_error(
+    exc: Exception,
+    unavailable: Unavailable | None = None,
+    *,
+    request_id: str | None = None,
+    **log_fields: str,
+) -> SluiceError:
+    """``exc`` as a client-safe error. Anything but a :class:`SluiceError` (or an ``unavailable``
+    exception) is a bug: INTERNAL with a generic message, logged with its traceback and the request id
+    (``request_id``, else the one bound to the log context, else a new one). Call it from inside the
+    ``except`` block that caught ``exc``."""
+    if isinstance(exc, SluiceError):
+        return exc
+    if unavailable is not None and isinstance(exc, unavailable.exceptions):
+        log.warning("dependency unavailable", error=str(exc), **log_fields)
+        return SluiceError(ErrorCode.UNAVAILABLE, unavailable.message)
+    if request_id is None:
+        request_id = structlog.contextvars.get_contextvars().get("request_id") or uuid.uuid4().hex
+    log.exception("unexpected error", request_id=request_id, **log_fields)
+    return SluiceError(ErrorCode.INTERNAL, INTERNAL_MESSAGE)

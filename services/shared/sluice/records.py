@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.kserve.declaration import ModelTensors
 from sluice.typed import Checked
-from sluice.v2_declaration import ModelTensors
 
 
 class BatchPolicy(enum.StrEnum):
@@ -70,7 +70,7 @@ class VersionRecord(Checked):
     registered_unix_ms: int = 0
     # Custom keys of model-config.yaml, handed to the handler as context.model_yaml_config.
     model_yaml_config: dict[str, Any] = field(default_factory=dict)
-    # KServe v2 tensors the model declares (model-config.yaml `sluice:`, see sluice.v2_declaration).
+    # KServe v2 tensors the model declares (model-config.yaml `sluice:`, see sluice.kserve.declaration).
     tensors: ModelTensors = field(default_factory=ModelTensors)
 
 

@@ -19,10 +19,9 @@ from pathlib import Path
 import aiohttp
 import redis.asyncio as aioredis
 from sluice import keys, model_artifact
+from sluice.backoff import Backoff
 from sluice.log import get_logger
 from sluice.records import VersionRecord
-
-from sluice_worker.redis_retry import Backoff
 
 log = get_logger(__name__)
 

@@ -12,8 +12,8 @@ from typing import Any, TypedDict
 from google.protobuf.message import DecodeError
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve.declaration import ModelTensors
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
-from sluice.v2_declaration import ModelTensors
 
 from sluice_worker.rest_request import rest_parameters
 from sluice_worker.v2_protocol import V2Protocol

@@ -8,6 +8,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError as RedisPyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sluice import redis_errors
+from sluice.backoff import Backoff
 from sluice.log import get_logger
 
 T = TypeVar("T")
@@ -25,23 +26,6 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
 )
 # Any failed command, from either client.
 REDIS_FAILED: tuple[type[BaseException], ...] = (RedisPyError, redis_errors.RedisError)
-
-
-class Backoff:
-    """Exponential delays: first_s, 2 * first_s, ... capped at cap_s."""
-
-    def __init__(self, first_s: float = 0.1, cap_s: float = 2.0) -> None:
-        self._first_s = first_s
-        self._cap_s = cap_s
-        self._next_s = first_s
-
-    def next_delay_s(self) -> float:
-        delay = self._next_s
-        self._next_s = min(self._next_s * 2, self._cap_s)
-        return delay
-
-    def reset(self) -> None:
-        self._next_s = self._first_s
 
 
 async def until_done(operation: Callable[[], Awaitable[T]], what: str) -> T:

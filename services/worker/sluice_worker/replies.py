@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sluice.envelope import Reply
 from sluice.errors import ErrorCode, SluiceError
-from sluice.v2_declaration import ModelTensors
+from sluice.kserve.declaration import ModelTensors
 
 from sluice_worker import protocols
 from sluice_worker.delivery import Delivery

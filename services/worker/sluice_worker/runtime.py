@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 import ts
-from sluice.v2_declaration import ModelTensors
+from sluice.kserve.declaration import ModelTensors
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.model_loader import TsModelLoader
 

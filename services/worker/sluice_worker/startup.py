@@ -8,10 +8,11 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 from sluice import registry
+from sluice.backoff import Backoff
 from sluice.log import get_logger
 from sluice.records import VersionRecord
 
-from sluice_worker.redis_retry import REDIS_DOWN, Backoff
+from sluice_worker.redis_retry import REDIS_DOWN
 
 log = get_logger(__name__)
 

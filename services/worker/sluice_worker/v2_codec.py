@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from sluice.kserve.datatypes import BYTES, DATATYPES, element_count
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v2_datatypes import BYTES, DATATYPES, element_count
 
 # Fixed-size datatypes (BF16 travels as uint16 bit patterns; see _bf16_*).
 NUMPY_DTYPES: dict[str, np.dtype[Any]] = {

@@ -24,8 +24,8 @@ from typing import Any, TypedDict
 from google.protobuf.message import DecodeError
 from sluice.envelope import Job
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve.declaration import ModelTensors
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v2_declaration import ModelTensors
 
 from sluice_worker import v2_codec
 from sluice_worker.v2_codec import CodecError, WireTensor

@@ -10,9 +10,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import structlog
+from sluice.backoff import Backoff
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve.declaration import ModelTensors
 from sluice.log import get_logger
-from sluice.v2_declaration import ModelTensors
 
 from sluice_worker import frames, protocols, runtime
 from sluice_worker.batch_policy import Batching, Run, is_expired, next_step, split_batches
@@ -20,7 +21,7 @@ from sluice_worker.delivery import Delivery
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.job_queue import JobQueue
 from sluice_worker.reclaim import Reclaimer
-from sluice_worker.redis_retry import REDIS_DOWN, REDIS_FAILED, Backoff, until_done
+from sluice_worker.redis_retry import REDIS_DOWN, REDIS_FAILED, until_done
 from sluice_worker.replies import WORKER_DIED, Outgoing, ReplyBook, failure
 from sluice_worker.sink import ReplySink
 from sluice_worker.torch_thread import HandlerExit, TorchThread

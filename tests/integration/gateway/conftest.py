@@ -2,7 +2,7 @@
 and the scripted responder standing in for workers."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
@@ -15,6 +15,9 @@ from sluice_gateway.settings import GatewaySettings
 
 from tests.support.redis_server import RedisServer
 from tests.support.responder import Responder, Script, echo
+
+if TYPE_CHECKING:
+    from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceAsyncStub
 
 # Short periods so failure detection happens within a test's patience.
 FAST = {
@@ -74,7 +77,7 @@ async def channel(gateway: Gateway) -> AsyncIterator[grpc.aio.Channel]:
 
 
 @pytest.fixture
-def stub(channel: grpc.aio.Channel) -> InferenceAPIsServiceStub:
+def stub(channel: grpc.aio.Channel) -> "InferenceAPIsServiceAsyncStub":
     return InferenceAPIsServiceStub(channel)
 
 

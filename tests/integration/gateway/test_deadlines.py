@@ -3,7 +3,7 @@ flag for the workers, the waiter is released and a late reply is dropped."""
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
@@ -11,13 +11,16 @@ import redis.asyncio as aioredis
 from sluice import keys
 from sluice.envelope import Job, Reply
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
-from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
 from sluice_gateway.app import Gateway
 
 from tests.integration.gateway.conftest import register
 from tests.support.eventually import eventually
+from tests.support.grpc_calls import read_message
 from tests.support.redis_server import RedisServer
 from tests.support.responder import Responder, ok
+
+if TYPE_CHECKING:
+    from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceAsyncStub
 
 Start = Callable[..., Awaitable[Responder]]
 REQUEST = PredictionsRequest(model_name="echo", input={"data": b"x"})
@@ -43,11 +46,11 @@ async def wait_for_key(redis: aioredis.Redis, key: str, timeout_s: float = 3.0) 
 
 
 async def wait_until_idle(gateway: Gateway) -> None:
-    await eventually(lambda: gateway.bus.in_flight == 0)
+    await eventually(lambda: gateway.replies.in_flight == 0)
 
 
 async def test_client_deadline_gives_deadline_exceeded_and_sets_the_cancel_flag(
-    gateway: Gateway, stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis, responder: Start
+    gateway: Gateway, stub: "InferenceAPIsServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client)
     release = asyncio.Event()
@@ -68,7 +71,7 @@ async def test_client_deadline_gives_deadline_exceeded_and_sets_the_cancel_flag(
 async def test_default_timeout_without_client_deadline(
     settings_overrides: dict[str, Any],
     gateway: Gateway,
-    stub: InferenceAPIsServiceStub,
+    stub: "InferenceAPIsServiceAsyncStub",
     redis_client: aioredis.Redis,
     responder: Start,
 ) -> None:
@@ -85,13 +88,13 @@ async def test_default_timeout_without_client_deadline(
 
 
 async def test_client_cancel_sets_the_cancel_flag_and_releases_the_waiter(
-    gateway: Gateway, stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis, responder: Start
+    gateway: Gateway, stub: "InferenceAPIsServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client)
     peer = await responder(held(asyncio.Event()))
     call = stub.Predictions(REQUEST, timeout=30)
     (job,) = await peer.wait_for_jobs(1)
-    assert gateway.bus.in_flight == 1
+    assert gateway.replies.in_flight == 1
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
@@ -101,7 +104,7 @@ async def test_client_cancel_sets_the_cancel_flag_and_releases_the_waiter(
 
 
 async def test_cancelled_stream_sets_the_cancel_flag(
-    gateway: Gateway, stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis, responder: Start
+    gateway: Gateway, stub: "InferenceAPIsServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client)
 
@@ -112,14 +115,17 @@ async def test_cancelled_stream_sets_the_cancel_flag(
 
     peer = await responder(first_chunk_then_hang)
     call = stub.StreamPredictions(REQUEST, timeout=30)
-    assert (await call.read()).prediction == b"chunk"
+    assert (await read_message(call)).prediction == b"chunk"
     call.cancel()
     await wait_for_key(redis_client, keys.cancel("echo", "1.0", peer.jobs[0].job_id))
     await wait_until_idle(gateway)
 
 
 async def test_a_job_the_client_gave_up_on_is_skipped_by_workers(
-    redis_server: RedisServer, stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis, responder: Start
+    redis_server: RedisServer,
+    stub: "InferenceAPIsServiceAsyncStub",
+    redis_client: aioredis.Redis,
+    responder: Start,
 ) -> None:
     """The flag the gateway sets is the one the worker contract checks."""
     await register(redis_client)

@@ -3,6 +3,7 @@
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import grpc
 import pytest
@@ -12,12 +13,14 @@ from sluice import keys
 from sluice.envelope import Job, Reply, WireProtocol
 from sluice.errors import ErrorCode, no_worker_message
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
-from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
 from sluice_gateway.app import Gateway
 
 from tests.integration.gateway.conftest import register
 from tests.support.eventually import eventually
 from tests.support.responder import Responder, failure, fixed, ok, request_of
+
+if TYPE_CHECKING:
+    from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceAsyncStub
 
 Start = Callable[..., Awaitable[Responder]]
 UNAVAILABLE_CLASS = "org.pytorch.serve.http.ServiceUnavailableException"
@@ -28,14 +31,14 @@ def data(value: bytes, model: str = "echo", version: str = "") -> PredictionsReq
     return PredictionsRequest(model_name=model, model_version=version, input={"data": value})
 
 
-async def test_ping_is_healthy_without_models(stub: InferenceAPIsServiceStub) -> None:
+async def test_ping_is_healthy_without_models(stub: "InferenceAPIsServiceAsyncStub") -> None:
     response = await stub.Ping(Empty())
     assert response.health == '{\n  "status": "Healthy"\n}'
     assert response.health == json.dumps({"status": "Healthy"}, indent=2)
 
 
 async def test_ping_is_unhealthy_while_a_default_version_lacks_workers(
-    stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "InferenceAPIsServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, min_workers=1)
     call = stub.Ping(Empty())
@@ -57,7 +60,8 @@ async def test_predictions_round_trip_is_byte_exact(
 
     peer = await responder(script)
     raw_request = data(b"hello").SerializeToString()
-    call = channel.unary_unary(PREDICTIONS)  # no (de)serializers: raw bytes both ways
+    # No (de)serializers: raw bytes both ways.
+    call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(PREDICTIONS)
     response = await call(raw_request, timeout=10)
     assert response == payload
 
@@ -73,7 +77,7 @@ async def test_predictions_round_trip_is_byte_exact(
 
 
 async def test_predictions_uses_the_default_or_the_requested_version(
-    stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "InferenceAPIsServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, version="1.0", default=True)
     await register(redis_client, version="2.0", default=False)
@@ -84,7 +88,7 @@ async def test_predictions_uses_the_default_or_the_requested_version(
 
 
 async def test_a_call_without_deadline_waits_the_versions_response_timeout(
-    stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "InferenceAPIsServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, response_timeout_s=7)
     peer = await responder()
@@ -125,7 +129,7 @@ async def test_a_call_without_deadline_waits_the_versions_response_timeout(
     ],
 )
 async def test_request_errors(
-    stub: InferenceAPIsServiceStub,
+    stub: "InferenceAPIsServiceAsyncStub",
     redis_client: aioredis.Redis,
     request_: PredictionsRequest,
     code: grpc.StatusCode,
@@ -139,7 +143,7 @@ async def test_request_errors(
 
 
 async def test_no_worker_is_unavailable_with_torchserves_message(
-    stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis
+    stub: "InferenceAPIsServiceAsyncStub", redis_client: aioredis.Redis
 ) -> None:
     await register(redis_client)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -150,7 +154,7 @@ async def test_no_worker_is_unavailable_with_torchserves_message(
 
 
 async def test_full_queue_is_rejected_at_once_and_nothing_is_enqueued(
-    stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "InferenceAPIsServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, job_queue_size=2)
     release = asyncio.Event()
@@ -165,7 +169,7 @@ async def test_full_queue_is_rejected_at_once_and_nothing_is_enqueued(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.Predictions(data(b"x"), timeout=2)
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert caught.value.details().startswith('Model "echo" has no worker to serve inference request.')
+    assert (caught.value.details() or "").startswith('Model "echo" has no worker to serve inference request.')
     assert await redis_client.xlen(keys.job_stream("echo", "1.0")) == 2
     release.set()
     assert [r.prediction for r in await asyncio.gather(*held)] == [b"done", b"done"]
@@ -182,7 +186,7 @@ async def test_full_queue_is_rejected_at_once_and_nothing_is_enqueued(
     ],
 )
 async def test_failure_replies_map_to_grpc_status(
-    stub: InferenceAPIsServiceStub,
+    stub: "InferenceAPIsServiceAsyncStub",
     redis_client: aioredis.Redis,
     responder: Start,
     code: ErrorCode,
@@ -199,7 +203,7 @@ async def test_failure_replies_map_to_grpc_status(
 
 
 async def test_duplicate_replies_are_dropped(
-    gateway: Gateway, stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis, responder: Start
+    gateway: Gateway, stub: "InferenceAPIsServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client)
     # A redelivered job answers twice (and an intermediate reply slips into a unary call).
@@ -220,11 +224,11 @@ async def test_duplicate_replies_are_dropped(
         return await redis_client.xlen(stream) == 0
 
     await eventually(trimmed)
-    assert gateway.bus.in_flight == 0
+    assert gateway.replies.in_flight == 0
 
 
 async def test_requests_with_inputs_reach_the_worker_undecoded(
-    stub: InferenceAPIsServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "InferenceAPIsServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client)
     peer = await responder()
@@ -237,7 +241,7 @@ async def test_requests_with_inputs_reach_the_worker_undecoded(
 @pytest.mark.parametrize("settings_overrides", [{"max_request_size": 1000}])
 async def test_requests_over_max_request_size_are_refused(
     settings_overrides: dict[str, object],
-    stub: InferenceAPIsServiceStub,
+    stub: "InferenceAPIsServiceAsyncStub",
     redis_client: aioredis.Redis,
     responder: Start,
 ) -> None:

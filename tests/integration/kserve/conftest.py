@@ -5,22 +5,25 @@ import asyncio
 import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
 import redis.asyncio as aioredis
 from sluice import keys
 from sluice.envelope import Job, Reply
+from sluice.kserve.declaration import ModelTensors, TensorSpec
 from sluice.records import StartupModel, StartupReport
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
-from sluice.v2_declaration import ModelTensors, TensorSpec
 from sluice_gateway.app import Gateway
 
 from tests.integration.gateway.conftest import make_settings, register
 from tests.support.redis_server import RedisServer
 from tests.support.responder import Responder, Script
+
+if TYPE_CHECKING:
+    from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceAsyncStub
 
 __all__ = ["ADD_ONE", "jobs_queued", "kserve_ok", "register", "startup_report"]
 
@@ -85,7 +88,7 @@ async def channel(gateway: Gateway) -> AsyncIterator[grpc.aio.Channel]:
 
 
 @pytest.fixture
-def stub(channel: grpc.aio.Channel) -> GRPCInferenceServiceStub:
+def stub(channel: grpc.aio.Channel) -> "GRPCInferenceServiceAsyncStub":
     return GRPCInferenceServiceStub(channel)
 
 

@@ -5,22 +5,24 @@ import asyncio
 import dataclasses
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
 import redis.asyncio as aioredis
 from sluice import keys
 from sluice.envelope import Job, Reply
+from sluice.kserve.declaration import ModelTensors
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
-from sluice.v2_declaration import ModelTensors
 
 from tests.integration.kserve.conftest import ADD_ONE, jobs_queued, kserve_ok, register
 from tests.support.eventually import eventually
 from tests.support.responder import Responder
+
+if TYPE_CHECKING:
+    from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceAsyncStub
 
 Start = Callable[..., Awaitable[Responder]]
 Input = pb.ModelInferRequest.InferInputTensor
@@ -106,7 +108,7 @@ BAD_REQUESTS = {
 
 @pytest.mark.parametrize("case", list(BAD_REQUESTS))
 async def test_bad_requests_are_refused_before_enqueue(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start, case: str
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start, case: str
 ) -> None:
     await register(redis_client, "m", tensors=ADD_ONE)
     await responder(answer, model="m")
@@ -122,7 +124,7 @@ async def answer(job: Job) -> AsyncIterator[Reply]:
 
 
 async def test_byte_size_message_is_tritons(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis
 ) -> None:
     await register(redis_client, "m", tensors=ADD_ONE)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -146,7 +148,7 @@ async def test_byte_size_message_is_tritons(
     ],
 )
 async def test_unknown_models_and_versions_are_not_found(
-    stub: GRPCInferenceServiceStub,
+    stub: "GRPCInferenceServiceAsyncStub",
     redis_client: aioredis.Redis,
     request_message: Any,
     code: grpc.StatusCode,
@@ -159,7 +161,7 @@ async def test_unknown_models_and_versions_are_not_found(
 
 
 async def test_a_model_without_workers_is_unavailable(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis
 ) -> None:
     await register(redis_client, "m", tensors=ADD_ONE)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -168,7 +170,7 @@ async def test_a_model_without_workers_is_unavailable(
 
 
 async def test_unary_infer_on_a_decoupled_model_is_unimplemented(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m", tensors=dataclasses.replace(ADD_ONE, decoupled=True))
     await responder(answer, model="m")
@@ -180,7 +182,7 @@ async def test_unary_infer_on_a_decoupled_model_is_unimplemented(
 
 
 async def test_good_requests_reach_the_worker_undecoded(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m", tensors=ADD_ONE)
     peer = await responder(answer, model="m")
@@ -203,7 +205,7 @@ async def test_good_requests_reach_the_worker_undecoded(
 
 
 async def test_an_undeclared_model_takes_any_well_formed_tensors(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m", tensors=ModelTensors())
     await responder(answer, model="m")
@@ -214,7 +216,10 @@ async def test_an_undeclared_model_takes_any_well_formed_tensors(
     "settings_overrides", [{"kserve_max_request_size": 1 << 20, "max_request_size": 1 << 16}], indirect=True
 )
 async def test_message_limits_per_path(
-    stub: GRPCInferenceServiceStub, channel: grpc.aio.Channel, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub",
+    channel: grpc.aio.Channel,
+    redis_client: aioredis.Redis,
+    responder: Start,
 ) -> None:
     await register(redis_client, "m")
     await responder(answer, model="m")
@@ -232,7 +237,7 @@ async def test_message_limits_per_path(
 
 
 async def test_a_full_queue_is_refused_at_once(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     release = asyncio.Event()
 
@@ -252,7 +257,7 @@ async def test_a_full_queue_is_refused_at_once(
 
 
 async def test_a_client_deadline_cancels_the_job(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     async def never(job: Job) -> AsyncIterator[Reply]:
         await asyncio.sleep(60)

@@ -5,13 +5,16 @@ and tensors), over gRPC (raw and typed), REST JSON, REST binary data, and binary
 import json
 import struct
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import grpc
 import pytest
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
+
+if TYPE_CHECKING:
+    from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceAsyncStub
 from sluice_gateway.app import Gateway
 
 from tests.integration.gateway.conftest import make_settings
@@ -67,7 +70,7 @@ async def gateway(workers: RedisServer) -> AsyncIterator[Gateway]:
 
 
 @pytest.fixture
-async def stub(gateway: Gateway) -> AsyncIterator[GRPCInferenceServiceStub]:
+async def stub(gateway: Gateway) -> AsyncIterator["GRPCInferenceServiceAsyncStub"]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.port}") as channel:
         yield GRPCInferenceServiceStub(channel)
 
@@ -79,7 +82,7 @@ async def http(gateway: Gateway) -> AsyncIterator[aiohttp.ClientSession]:
 
 
 @pytest.mark.parametrize("model", list(MODELS))
-async def test_grpc_raw_bytes_round_trip(stub: GRPCInferenceServiceStub, model: str) -> None:
+async def test_grpc_raw_bytes_round_trip(stub: "GRPCInferenceServiceAsyncStub", model: str) -> None:
     request = pb.ModelInferRequest(model_name=model, raw_input_contents=[framed(ELEMENTS)])
     request.inputs.add(name="s", datatype="BYTES", shape=[1, 3])
     response = await stub.ModelInfer(request, timeout=30)
@@ -91,7 +94,7 @@ async def test_grpc_raw_bytes_round_trip(stub: GRPCInferenceServiceStub, model: 
 
 
 @pytest.mark.parametrize("model", list(MODELS))
-async def test_grpc_typed_bytes_round_trip(stub: GRPCInferenceServiceStub, model: str) -> None:
+async def test_grpc_typed_bytes_round_trip(stub: "GRPCInferenceServiceAsyncStub", model: str) -> None:
     request = pb.ModelInferRequest(model_name=model)
     request.inputs.add(name="s", datatype="BYTES", shape=[3]).contents.bytes_contents.extend(ELEMENTS)
     request.outputs.add(name="OUT_s")

@@ -2,6 +2,7 @@
 (checklist items 1, 3, 5-10, 49, 50). Workers are stood in for by the scripted responder."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import grpc
 import pytest
@@ -9,11 +10,13 @@ import redis.asyncio as aioredis
 import sluice
 from sluice.envelope import Job, Reply
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
 from sluice_gateway.app import Gateway
 
 from tests.integration.kserve.conftest import ADD_ONE, kserve_ok, register, startup_report
 from tests.support.responder import Responder
+
+if TYPE_CHECKING:
+    from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceAsyncStub
 
 Start = Callable[..., Awaitable[Responder]]
 
@@ -28,12 +31,12 @@ async def _code(call: Awaitable[object]) -> tuple[grpc.StatusCode, str]:
     return caught.value.code(), caught.value.details() or ""
 
 
-async def test_server_live(stub: GRPCInferenceServiceStub) -> None:
+async def test_server_live(stub: "GRPCInferenceServiceAsyncStub") -> None:
     assert (await stub.ServerLive(pb.ServerLiveRequest())).live
 
 
 async def test_server_ready_waits_for_the_startup_models(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     assert not (await stub.ServerReady(pb.ServerReadyRequest())).ready  # no manager report yet
     await register(redis_client, "m")
@@ -45,14 +48,14 @@ async def test_server_ready_waits_for_the_startup_models(
     assert (await stub.ServerReady(pb.ServerReadyRequest())).ready
 
 
-async def test_server_metadata(stub: GRPCInferenceServiceStub) -> None:
+async def test_server_metadata(stub: "GRPCInferenceServiceAsyncStub") -> None:
     response = await stub.ServerMetadata(pb.ServerMetadataRequest())
     assert (response.name, response.version) == ("sluice", sluice.__version__)
     assert list(response.extensions) == ["model_configuration", "statistics", "parameters"]
 
 
 async def test_model_ready(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m")
     assert not (await stub.ModelReady(pb.ModelReadyRequest(name="m"))).ready  # registered, no worker yet
@@ -63,7 +66,7 @@ async def test_model_ready(
 
 @pytest.mark.parametrize("rpc", ["ModelReady", "ModelMetadata", "ModelConfig"])
 async def test_unknown_models_and_versions(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, rpc: str
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, rpc: str
 ) -> None:
     await register(redis_client, "m")
     request = {
@@ -80,7 +83,7 @@ async def test_unknown_models_and_versions(
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
 
-async def test_model_metadata(stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis) -> None:
+async def test_model_metadata(stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis) -> None:
     await register(redis_client, "m", "1.0", tensors=ADD_ONE)
     await register(redis_client, "m", "2.0", default=False)
     response = await stub.ModelMetadata(pb.ModelMetadataRequest(name="m"))
@@ -91,7 +94,7 @@ async def test_model_metadata(stub: GRPCInferenceServiceStub, redis_client: aior
     assert (list(undeclared.inputs), list(undeclared.outputs)) == ([], [])
 
 
-async def test_model_config(stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis) -> None:
+async def test_model_config(stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis) -> None:
     await register(redis_client, "m", tensors=ADD_ONE, batch_size=4, max_batch_delay_ms=7)
     config = (await stub.ModelConfig(pb.ModelConfigRequest(name="m"))).config
     assert (config.name, config.max_batch_size, config.backend) == ("m", 8, "torchserve")
@@ -101,7 +104,7 @@ async def test_model_config(stub: GRPCInferenceServiceStub, redis_client: aiored
 
 
 async def test_repository_index(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "a")
     await register(redis_client, "b")
@@ -116,7 +119,7 @@ async def test_repository_index(
 
 
 async def test_statistics_count_what_this_gateway_served(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m")
     await responder(answer, model="m")
@@ -155,7 +158,7 @@ async def test_statistics_count_what_this_gateway_served(
     ],
 )
 async def test_other_rpcs_are_unimplemented(
-    stub: GRPCInferenceServiceStub, rpc: str, request_message: object
+    stub: "GRPCInferenceServiceAsyncStub", rpc: str, request_message: object
 ) -> None:
     code, _ = await _code(getattr(stub, rpc)(request_message, timeout=5))
     assert code == grpc.StatusCode.UNIMPLEMENTED

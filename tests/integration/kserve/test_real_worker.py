@@ -8,15 +8,15 @@ import json
 import struct
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
 import pytest
 import redis.asyncio as aioredis
+from sluice.kserve.datatypes import DATATYPES
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
-from sluice.v2_datatypes import DATATYPES
 from sluice_gateway.app import Gateway
 
 from tests.integration.gateway.conftest import make_settings
@@ -24,6 +24,9 @@ from tests.integration.kserve.conftest import jobs_queued
 from tests.support import kserve_models, stack
 from tests.support.models import mlp_expected
 from tests.support.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceAsyncStub
 
 Input = pb.ModelInferRequest.InferInputTensor
 Requested = pb.ModelInferRequest.InferRequestedOutputTensor
@@ -128,7 +131,7 @@ def output(response: pb.ModelInferResponse, name: str) -> np.ndarray:
     return np.frombuffer(response.raw_output_contents[index], dtype=dtype).reshape(meta.shape)
 
 
-async def test_oip_json_handler_sees_v2_json_and_answers_raw(stub: GRPCInferenceServiceStub) -> None:
+async def test_oip_json_handler_sees_v2_json_and_answers_raw(stub: "GRPCInferenceServiceAsyncStub") -> None:
     rows = [[0.0, 1.0, 2.0, 3.0], [-1.0, -2.0, 0.5, 10.0]]
     parameters = {
         "temperature": pb.InferParameter(double_param=0.25),
@@ -149,7 +152,9 @@ async def test_oip_json_handler_sees_v2_json_and_answers_raw(stub: GRPCInference
     assert seen == {"big": 2**63, "count": -3, "flag": True, "name": "x", "temperature": 0.25}
 
 
-async def test_typed_inputs_requested_outputs_and_typed_outputs(stub: GRPCInferenceServiceStub) -> None:
+async def test_typed_inputs_requested_outputs_and_typed_outputs(
+    stub: "GRPCInferenceServiceAsyncStub",
+) -> None:
     request = pb.ModelInferRequest(
         model_name="add_one",
         inputs=[
@@ -170,7 +175,7 @@ async def test_typed_inputs_requested_outputs_and_typed_outputs(stub: GRPCInfere
 
 
 async def test_concurrent_requests_are_batched_one_row_per_job(
-    stub: GRPCInferenceServiceStub, model_dirs: dict[str, Path]
+    stub: "GRPCInferenceServiceAsyncStub", model_dirs: dict[str, Path]
 ) -> None:
     async def one(value: int) -> None:
         request = pb.ModelInferRequest(
@@ -186,7 +191,7 @@ async def test_concurrent_requests_are_batched_one_row_per_job(
     assert max(sizes) > 1
 
 
-async def test_every_datatype_round_trips_raw(stub: GRPCInferenceServiceStub) -> None:
+async def test_every_datatype_round_trips_raw(stub: "GRPCInferenceServiceAsyncStub") -> None:
     bf16 = np.array([[0x3F00, 0xC000, 0x4040]], dtype="<u2")
     inputs = [Input(name=name, datatype=name, shape=[1, 3]) for name in [*SAMPLES, "BF16"]]
     raws = [raw_of(name, array) for name, array in SAMPLES.items()] + [bf16.tobytes()]
@@ -208,7 +213,7 @@ async def test_every_datatype_round_trips_raw(stub: GRPCInferenceServiceStub) ->
             assert data == raw, name
 
 
-async def test_every_typed_datatype_gives_the_raw_result(stub: GRPCInferenceServiceStub) -> None:
+async def test_every_typed_datatype_gives_the_raw_result(stub: "GRPCInferenceServiceAsyncStub") -> None:
     inputs = []
     for name, array in SAMPLES.items():
         field = DATATYPES[name].contents_field
@@ -230,7 +235,7 @@ async def test_every_typed_datatype_gives_the_raw_result(stub: GRPCInferenceServ
         assert raw == raw_of(name, SAMPLES[name]), name
 
 
-async def test_torch_tensor_handler_runs_the_model(stub: GRPCInferenceServiceStub) -> None:
+async def test_torch_tensor_handler_runs_the_model(stub: "GRPCInferenceServiceAsyncStub") -> None:
     rows = [[0.1, -0.2, 0.3, 0.4], [1.0, 2.0, -3.0, 0.5], [0.0, 0.0, 0.0, 0.0]]
     request = pb.ModelInferRequest(
         model_name="mlp_tensor",
@@ -242,11 +247,11 @@ async def test_torch_tensor_handler_runs_the_model(stub: GRPCInferenceServiceStu
     np.testing.assert_allclose(output(response, "OUTPUT0"), mlp_expected(rows), atol=1e-5)
 
 
-async def test_metadata_and_config_come_from_the_declaration(stub: GRPCInferenceServiceStub) -> None:
+async def test_metadata_and_config_come_from_the_declaration(stub: "GRPCInferenceServiceAsyncStub") -> None:
     meta = await stub.ModelMetadata(pb.ModelMetadataRequest(name="mlp_tensor"))
     assert [(t.name, t.datatype, list(t.shape)) for t in meta.outputs] == [("OUTPUT0", "FP32", [-1, 3])]
     config = (await stub.ModelConfig(pb.ModelConfigRequest(name="add_one"))).config
-    assert (config.max_batch_size, config.dynamic_batching.preferred_batch_size) == (8, [4])
+    assert (config.max_batch_size, list(config.dynamic_batching.preferred_batch_size)) == (8, [4])
     assert (
         await stub.ModelConfig(pb.ModelConfigRequest(name="streamer"))
     ).config.model_transaction_policy.decoupled
@@ -254,7 +259,7 @@ async def test_metadata_and_config_come_from_the_declaration(stub: GRPCInference
 
 
 async def test_a_bad_request_never_reaches_the_worker(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis
 ) -> None:
     request = add_one_request([[1.0, 2.0, 3.0, 4.0]])
     request.raw_input_contents[0] = b"\0" * 12
@@ -285,7 +290,7 @@ def chunk_of(response: pb.ModelInferResponse) -> int | None:
     return int(np.frombuffer(response.raw_output_contents[0], "<i4")[0])
 
 
-async def test_model_stream_infer_streams_intermediate_results(stub: GRPCInferenceServiceStub) -> None:
+async def test_model_stream_infer_streams_intermediate_results(stub: "GRPCInferenceServiceAsyncStub") -> None:
     async def requests() -> AsyncIterator[pb.ModelInferRequest]:
         yield stream_request("a", 3)
         yield stream_request("b", 1, empty_final=True)
@@ -307,7 +312,9 @@ async def test_model_stream_infer_streams_intermediate_results(stub: GRPCInferen
     }
 
 
-async def test_model_infer_stream_and_unary_on_a_decoupled_model(stub: GRPCInferenceServiceStub) -> None:
+async def test_model_infer_stream_and_unary_on_a_decoupled_model(
+    stub: "GRPCInferenceServiceAsyncStub",
+) -> None:
     call = stub.ModelInferStream(stream_request("m", 2), timeout=60)
     assert [chunk_of(r) async for r in call] == [0, 1, -1]
     assert await call.code() == grpc.StatusCode.OK

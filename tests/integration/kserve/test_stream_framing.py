@@ -4,6 +4,7 @@ gateway, with the scripted responder producing the worker's replies (checklist i
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import grpc
 import pytest
@@ -11,10 +12,12 @@ import redis.asyncio as aioredis
 from sluice.envelope import Job, Reply
 from sluice.errors import ErrorCode
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
 
 from tests.integration.kserve.conftest import ADD_ONE, jobs_queued, kserve_ok, register
 from tests.support.responder import Responder, failure
+
+if TYPE_CHECKING:
+    from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceAsyncStub
 
 Start = Callable[..., Awaitable[Responder]]
 DECOUPLED = dataclasses.replace(ADD_ONE, decoupled=True)
@@ -50,7 +53,7 @@ async def chunked(job: Job) -> AsyncIterator[Reply]:
 
 
 async def _stream(
-    stub: GRPCInferenceServiceStub, *requests: pb.ModelInferRequest
+    stub: "GRPCInferenceServiceAsyncStub", *requests: pb.ModelInferRequest
 ) -> list[pb.ModelStreamInferResponse]:
     async def send() -> AsyncIterator[pb.ModelInferRequest]:
         for item in requests:
@@ -75,7 +78,7 @@ def _summary(responses: list[pb.ModelStreamInferResponse]) -> list[tuple[str, st
 
 
 async def test_a_decoupled_request_streams_every_reply_and_marks_the_last(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m", tensors=DECOUPLED)
     peer = await responder(chunked, model="m")
@@ -87,7 +90,7 @@ async def test_a_decoupled_request_streams_every_reply_and_marks_the_last(
 
 
 async def test_a_non_decoupled_request_answers_once_and_may_share_a_batch(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m", tensors=ADD_ONE)
     peer = await responder(chunked, model="m")
@@ -97,7 +100,7 @@ async def test_a_non_decoupled_request_answers_once_and_may_share_a_batch(
 
 
 async def test_several_requests_interleave_and_errors_stay_in_the_stream(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m", tensors=DECOUPLED)
     await responder(chunked, model="m")
@@ -125,7 +128,7 @@ async def test_several_requests_interleave_and_errors_stay_in_the_stream(
 
 @pytest.mark.parametrize("enabled", [False, True])
 async def test_empty_final_response_only_when_asked(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start, enabled: bool
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start, enabled: bool
 ) -> None:
     await register(redis_client, "m", tensors=DECOUPLED)
     await responder(chunked, model="m")
@@ -138,7 +141,7 @@ async def test_empty_final_response_only_when_asked(
 
 
 async def test_half_close_waits_for_outstanding_requests(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m", tensors=DECOUPLED)
     await responder(chunked, model="m")
@@ -153,7 +156,7 @@ async def test_half_close_waits_for_outstanding_requests(
 
 
 async def test_model_infer_stream_yields_each_response_then_ends(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m", tensors=DECOUPLED)
     await responder(chunked, model="m")
@@ -167,7 +170,7 @@ async def test_model_infer_stream_yields_each_response_then_ends(
 
 
 async def test_model_infer_stream_failures_end_the_call_with_a_status(
-    stub: GRPCInferenceServiceStub, redis_client: aioredis.Redis, responder: Start
+    stub: "GRPCInferenceServiceAsyncStub", redis_client: aioredis.Redis, responder: Start
 ) -> None:
     await register(redis_client, "m", tensors=DECOUPLED)
     await responder(chunked, model="m")

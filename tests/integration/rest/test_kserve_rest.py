@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from sluice.envelope import Job, Reply, WireProtocol
+from sluice.kserve.declaration import ModelTensors, TensorSpec
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v2_declaration import ModelTensors, TensorSpec
 
 from tests.integration.gateway.conftest import register
 

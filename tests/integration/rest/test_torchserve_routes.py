@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import redis.asyncio as aioredis
 from sluice.envelope import Job, Reply, WireProtocol
-from sluice_gateway.rest_api.openapi import api_description
+from sluice_gateway.torchserve.openapi import api_description
 
 from tests.integration.gateway.conftest import register
 from tests.integration.rest.conftest import raw

@@ -7,7 +7,8 @@ import aiohttp
 import grpc
 import pytest
 from sluice.auth_keys import KeyKind, KeySet
-from sluice_gateway import health, v2_service
+from sluice_gateway import health
+from sluice_gateway.kserve import service as kserve_service
 
 from tests.support.token_matrix import Method, call_raw, granted
 
@@ -27,7 +28,7 @@ def broken_internals(monkeypatch: pytest.MonkeyPatch) -> None:
         raise RuntimeError(SECRET)
 
     monkeypatch.setattr(health.ModelHealth, "healthy", explode)
-    monkeypatch.setattr(v2_service.V2Service, "ready", explode)
+    monkeypatch.setattr(kserve_service.KServeService, "ready", explode)
     return
 
 

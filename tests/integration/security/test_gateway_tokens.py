@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sluice.auth_keys import KeyKind, KeySet
 from sluice.v1 import kserve_pb2, torchserve_inference_pb2
 from sluice_gateway.app import Gateway
-from sluice_gateway.grpc_api.kserve import TORCHSERVE_SERVICE_NAME
+from sluice_gateway.kserve.grpc import TORCHSERVE_SERVICE_NAME
 
 from tests.integration.security.conftest import install_keys
 from tests.support.token_matrix import (

@@ -1,20 +1,21 @@
-"""The data plane with fake seams: admission, results, deadlines, cancel flags, stream attempts."""
+"""The data plane over an in-memory broker (its two seams) and a fake resolver: admission outcomes,
+unary and streaming replies, duplicates, deadlines, cancel flags, redelivered streams, a lost reply
+path."""
 
 import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sluice.envelope import Reply, WireProtocol, decode_job
-from sluice.errors import ErrorCode, SluiceError
+from sluice.envelope import Job, WireProtocol
+from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.records import VersionRecord
 from sluice_gateway.dataplane import DataPlane, InferenceCall
-from sluice_gateway.job_queue import VersionGone
+from sluice_gateway.inflight import PendingJob
 from sluice_gateway.registry_cache import model_not_found
-from sluice_gateway.reply_bus import ReplyBus
 
-from tests.support.eventually import eventually
 from tests.unit.gateway.fakes import record
+from tests.unit.gateway.in_memory_broker import InMemoryBroker
 
 
 class FakeResolver:
@@ -34,40 +35,37 @@ class FakeResolver:
         self.invalidated.append(model)
 
 
-class FakeQueue:
+class Observer:
     def __init__(self) -> None:
-        self.jobs: list[tuple[str, str, bytes]] = []
-        self.cancelled: list[tuple[str, str, str, int]] = []
-        self.refuse: list[BaseException] = []
+        self.requests: list[tuple[str, str]] = []
+        self.done: list[PendingJob] = []
 
-    async def enqueue(self, model: str, version: str, job: bytes) -> None:
-        if self.refuse:
-            raise self.refuse.pop(0)
-        self.jobs.append((model, version, job))
+    def admitted(self, model: str, requested_version: str) -> None:
+        self.requests.append((model, requested_version))
 
-    def cancel(self, model: str, version: str, job_id: str, ttl_ms: int) -> None:
-        self.cancelled.append((model, version, job_id, ttl_ms))
+    def finished(self, job: PendingJob) -> None:
+        self.done.append(job)
 
 
 class Setup:
     def __init__(self, **plane_options: Any) -> None:
-        unused: Any = None
-        self.bus = ReplyBus(unused, "sluice:{gw:t}:replies", block_s=1.0, count=10)
+        self.broker = InMemoryBroker()
+        self.admission = self.broker.admission
+        self.replies = self.broker.replies
+        self.version = self.admission.add_version("echo", "1.0")
         self.resolver = FakeResolver(record(response_timeout_s=30))
-        self.queue = FakeQueue()
+        self.observer = Observer()
         self.plane = DataPlane(
-            self.resolver, self.queue, self.bus, reply_to="sluice:{gw:t}:replies", clock_ms=lambda: 1_000_000,
+            self.resolver, self.admission, self.replies, clock_ms=lambda: 1_000_000, observer=self.observer,
             **plane_options,
         )  # fmt: skip
 
-    async def next_job_id(self) -> str:
-        await eventually(lambda: bool(self.queue.jobs), interval_s=0)
-        return decode_job(self.queue.jobs[-1][2]).job_id
+    async def next_job(self) -> Job:
+        return await self.admission.take()
 
-    def reply(self, job_id: str, **fields: Any) -> None:
-        from sluice.envelope import encode_reply
-
-        self.bus.dispatch(encode_reply(Reply(job_id=job_id, **fields)))
+    @property
+    def waiting(self) -> int:
+        return self.replies.waiters.in_flight
 
 
 def call(model: str = "echo", version: str = "", timeout_s: float | None = None) -> InferenceCall:
@@ -76,51 +74,64 @@ def call(model: str = "echo", version: str = "", timeout_s: float | None = None)
 
 async def answered(setup: Setup, start: Callable[[], Any], **reply: Any) -> Any:
     task = asyncio.ensure_future(start())
-    setup.reply(await setup.next_job_id(), **reply)
+    setup.replies.send((await setup.next_job()).job_id, **reply)
     return await task
 
 
+async def refused(setup: Setup, start: Callable[[], Any]) -> SluiceError:
+    """The error of a call the broker did not take: it leaves no waiter and no cancel flag."""
+    waiting, flags = setup.waiting, len(setup.admission.cancelled)
+    with pytest.raises(SluiceError) as caught:
+        await start()
+    assert (setup.waiting, len(setup.admission.cancelled)) == (waiting, flags)
+    return caught.value
+
+
+# Admission ---------------------------------------------------------------------------------------
 async def test_infer_returns_the_final_reply_and_leaves_nothing_behind() -> None:
     setup = Setup()
-    reply = await answered(setup, lambda: setup.plane.infer(call()), final=True, payload=b"out")
-    assert reply.payload == b"out"
-    assert setup.bus.in_flight == 0
-    assert setup.queue.cancelled == []
-    job = decode_job(setup.queue.jobs[0][2])
-    assert (job.model_name, job.model_version, job.request) == ("echo", "1.0", b"request")
-    assert job.deadline_unix_ms - job.enqueued_unix_ms == 30_000  # the version's response timeout
-
-
-async def test_failure_reply_raises_the_domain_error() -> None:
-    setup = Setup()
-    with pytest.raises(SluiceError) as caught:
-        await answered(
-            setup, lambda: setup.plane.infer(call()), final=True, error_code="HANDLER_FAILED", status_code=400
-        )
-    assert (caught.value.code, caught.value.http_status) == (ErrorCode.HANDLER_FAILED, 400)
-    assert setup.queue.cancelled == []
-
-
-async def test_deadline_raises_and_flags_the_job() -> None:
-    setup = Setup(cancel_margin_s=60)
-    with pytest.raises(SluiceError) as caught:
-        await setup.plane.infer(call(timeout_s=0.01))
-    assert caught.value.code is ErrorCode.DEADLINE_EXCEEDED
-    ((model, version, job_id, ttl_ms),) = setup.queue.cancelled
-    assert (model, version, job_id) == ("echo", "1.0", decode_job(setup.queue.jobs[0][2]).job_id)
-    assert ttl_ms == 60_000 + 10
-    assert setup.bus.in_flight == 0
-
-
-async def test_cancelled_call_flags_the_job() -> None:
-    setup = Setup()
     task = asyncio.ensure_future(setup.plane.infer(call()))
-    await setup.next_job_id()
-    task.cancel()
+    job = await setup.next_job()
+    assert (job.model_name, job.model_version, job.request) == ("echo", "1.0", b"request")
+    assert job.reply_to == "memory:replies"
+    assert job.deadline_unix_ms - job.enqueued_unix_ms == 30_000  # the version's response timeout
+    setup.replies.send(job.job_id, final=True, payload=b"out")
+    assert (await task).payload == b"out"
+    assert setup.waiting == 0
+    assert setup.admission.cancelled == []
+    assert setup.observer.requests == [("echo", "")]
+    assert [(j.job_id, j.succeeded) for j in setup.observer.done] == [(job.job_id, True)]
+
+
+async def test_a_version_without_workers_is_refused() -> None:
+    setup = Setup()
+    setup.version.workers = 0
+    error = await refused(setup, lambda: setup.plane.infer(call()))
+    assert (error.code, error.message) == (ErrorCode.NO_WORKER, no_worker_message("echo"))
+    assert setup.observer.requests == [("echo", "")]  # a request for a model that exists
+
+
+async def test_a_full_queue_is_refused() -> None:
+    setup = Setup()
+    setup.version.queue_size = 1
+    first = asyncio.ensure_future(setup.plane.infer(call()))
+    await asyncio.sleep(0)
+    error = await refused(setup, lambda: setup.plane.infer(call(version="1.0")))
+    assert (error.code, error.message) == (ErrorCode.QUEUE_FULL, no_worker_message("echo"))
+    assert setup.observer.requests == [("echo", ""), ("echo", "1.0")]
+    first.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await task
-    assert len(setup.queue.cancelled) == 1
-    assert setup.bus.in_flight == 0
+        await first
+
+
+async def test_a_broker_that_cannot_be_reached_is_unavailable() -> None:
+    setup = Setup()
+    setup.admission.down = True
+    error = await refused(setup, lambda: setup.plane.infer(call()))
+    assert (error.code, error.message) == (
+        ErrorCode.UNAVAILABLE,
+        "Service unavailable: the job queue is unreachable.",
+    )
 
 
 async def test_names_are_checked_before_the_registry() -> None:
@@ -129,35 +140,65 @@ async def test_names_are_checked_before_the_registry() -> None:
         with pytest.raises(SluiceError):
             await setup.plane.infer(bad)
     assert setup.resolver.resolved == 0
+    assert setup.admission.jobs() == []
 
 
 async def test_stale_registry_is_reloaded_once() -> None:
     setup = Setup()
-    setup.queue.refuse.append(VersionGone())
+    setup.admission.gone_next = 1
     reply = await answered(setup, lambda: setup.plane.infer(call()), final=True)
     assert reply.final
     assert setup.resolver.invalidated == ["echo"]
+    assert setup.resolver.resolved == 2
 
 
 async def test_a_version_gone_twice_is_not_found() -> None:
     setup = Setup()
-    setup.queue.refuse.extend([VersionGone(), VersionGone()])
-    with pytest.raises(SluiceError) as caught:
-        await setup.plane.infer(call(version="1.0"))
-    assert (caught.value.code, caught.value.message) == (
+    setup.admission.gone_next = 2
+    error = await refused(setup, lambda: setup.plane.infer(call(version="1.0")))
+    assert (error.code, error.message) == (
         ErrorCode.VERSION_NOT_FOUND,
         "Model version: 1.0 does not exist for model: echo",
     )
-    assert setup.bus.in_flight == 0
+    setup.admission.gone_next = 2
+    assert (await refused(setup, lambda: setup.plane.infer(call()))).code is ErrorCode.MODEL_NOT_FOUND
+    assert setup.observer.requests == []
 
 
-async def test_refused_enqueue_leaves_no_waiter_and_no_cancel_flag() -> None:
+async def test_a_call_cancelled_during_the_enqueue_flags_its_job() -> None:
     setup = Setup()
-    setup.queue.refuse.append(SluiceError(ErrorCode.QUEUE_FULL, "full"))
-    with pytest.raises(SluiceError):
-        await setup.plane.infer(call())
-    assert setup.bus.in_flight == 0
-    assert setup.queue.cancelled == []
+    setup.admission.gate = asyncio.Event()
+    task = asyncio.ensure_future(setup.plane.infer(call()))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(setup.admission.cancelled) == 1
+    assert setup.waiting == 0
+
+
+# Replies -----------------------------------------------------------------------------------------
+async def test_failure_reply_raises_the_domain_error() -> None:
+    setup = Setup()
+    with pytest.raises(SluiceError) as caught:
+        await answered(
+            setup, lambda: setup.plane.infer(call()), final=True, error_code="HANDLER_FAILED", status_code=400
+        )
+    assert (caught.value.code, caught.value.http_status) == (ErrorCode.HANDLER_FAILED, 400)
+    assert setup.admission.cancelled == []
+
+
+async def test_duplicates_and_strangers_are_dropped() -> None:
+    setup = Setup()
+    task = asyncio.ensure_future(setup.plane.infer(call()))
+    job_id = (await setup.next_job()).job_id
+    setup.replies.send("someone-else", final=True, payload=b"not mine")
+    setup.replies.send(job_id, final=False, payload=b"partial")
+    setup.replies.send(job_id, final=True, payload=b"first")
+    setup.replies.send(job_id, final=True, payload=b"duplicate")
+    assert (await task).payload == b"first"
+    setup.replies.send(job_id, final=True, payload=b"late")  # nobody waits any more
+    assert setup.waiting == 0
 
 
 async def collect(setup: Setup, replies: list[dict[str, Any]]) -> list[bytes]:
@@ -168,9 +209,10 @@ async def collect(setup: Setup, replies: list[dict[str, Any]]) -> list[bytes]:
             received.append(reply.payload)
 
     task = asyncio.ensure_future(consume())
-    job_id = await setup.next_job_id()
+    job = await setup.next_job()
+    assert job.streaming
     for fields in replies:
-        setup.reply(job_id, **fields)
+        setup.replies.send(job.job_id, **fields)
     await task
     return received
 
@@ -188,7 +230,20 @@ async def test_stream_yields_in_order_and_drops_repeats_and_stale_attempts() -> 
         ],
     )
     assert received == [b"a", b"b", b"end"]
-    assert setup.queue.cancelled == []
+    assert setup.admission.cancelled == []
+    assert setup.waiting == 0
+
+
+async def test_a_redelivered_attempt_before_any_chunk_was_forwarded_is_taken() -> None:
+    setup = Setup()
+    received = await collect(
+        setup,
+        [
+            {"seq": 0, "attempt": 2, "payload": b"a"},
+            {"seq": 1, "attempt": 2, "payload": b"end", "final": True},
+        ],
+    )
+    assert received == [b"a", b"end"]
 
 
 async def test_stream_fails_when_a_new_attempt_follows_forwarded_chunks() -> None:
@@ -196,20 +251,7 @@ async def test_stream_fails_when_a_new_attempt_follows_forwarded_chunks() -> Non
     with pytest.raises(SluiceError) as caught:
         await collect(setup, [{"seq": 0, "attempt": 1}, {"seq": 0, "attempt": 2}])
     assert (caught.value.code, caught.value.message) == (ErrorCode.UNAVAILABLE, "worker lost mid-stream")
-    assert len(setup.queue.cancelled) == 1  # the second attempt is still running
-
-
-async def test_submit_stream_marks_the_job_streaming_with_headers() -> None:
-    setup = Setup()
-    job = await setup.plane.submit_stream(
-        InferenceCall(WireProtocol.TORCHSERVE_GRPC, "echo", "", b"r", headers={"ts_request_sequence_id": "s"})
-    )
-    sent = decode_job(setup.queue.jobs[0][2])
-    assert sent.streaming
-    assert dict(sent.headers) == {"ts_request_sequence_id": "s"}
-    job.close()
-    job.close()
-    assert len(setup.queue.cancelled) == 1
+    assert len(setup.admission.cancelled) == 1  # the second attempt is still running
 
 
 async def test_a_failure_from_a_later_attempt_is_reported_as_such() -> None:
@@ -229,4 +271,83 @@ async def test_a_failure_from_a_later_attempt_is_reported_as_such() -> None:
             ],
         )
     assert (caught.value.code, caught.value.message) == (ErrorCode.WORKER_DIED, "Worker died.")
-    assert setup.queue.cancelled == []
+    assert setup.admission.cancelled == []
+
+
+async def test_stream_in_batch_jobs_are_not_flagged_streaming() -> None:
+    setup = Setup()
+    batchable = InferenceCall(WireProtocol.TORCHSERVE_REST, "echo", "", b"r", stream_in_batch=True)
+    job = await setup.plane.submit_stream(batchable)
+    assert not (await setup.next_job()).streaming
+    job.close()
+
+
+# Deadlines and cancel flags ----------------------------------------------------------------------
+async def test_deadline_raises_and_flags_the_job() -> None:
+    setup = Setup(cancel_margin_s=60)
+    with pytest.raises(SluiceError) as caught:
+        await setup.plane.infer(call(timeout_s=0.01))
+    assert (caught.value.code, caught.value.message) == (
+        ErrorCode.DEADLINE_EXCEEDED,
+        "Timed out waiting for the model's response.",
+    )
+    (flag,) = setup.admission.cancelled
+    job = setup.admission.jobs()[0]
+    assert (flag.model, flag.version, flag.job_id) == ("echo", "1.0", job.job_id)
+    assert flag.ttl_ms == 60_000 + 10
+    assert setup.waiting == 0
+
+
+async def test_a_stream_deadline_fails_the_stream() -> None:
+    setup = Setup()
+    with pytest.raises(SluiceError) as caught:
+        async for _ in setup.plane.infer_stream(call(timeout_s=0.01)):
+            pass
+    assert caught.value.code is ErrorCode.DEADLINE_EXCEEDED
+    assert len(setup.admission.cancelled) == 1
+
+
+async def test_cancelled_call_flags_the_job() -> None:
+    setup = Setup()
+    task = asyncio.ensure_future(setup.plane.infer(call()))
+    job = await setup.next_job()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [flag.job_id for flag in setup.admission.cancelled] == [job.job_id]
+    assert setup.waiting == 0
+
+
+async def test_closing_a_job_flags_it_once_unless_it_finished() -> None:
+    setup = Setup()
+    job = await setup.plane.submit_stream(
+        InferenceCall(WireProtocol.TORCHSERVE_GRPC, "echo", "", b"r", headers={"ts_request_sequence_id": "s"})
+    )
+    sent = await setup.next_job()
+    assert sent.streaming
+    assert dict(sent.headers) == {"ts_request_sequence_id": "s"}
+    job.close()
+    job.close()
+    assert len(setup.admission.cancelled) == 1
+    finished = await setup.plane.submit(call())
+    setup.replies.send((await setup.next_job()).job_id, final=True)
+    await finished.result()
+    finished.close()
+    assert len(setup.admission.cancelled) == 1
+
+
+# The reply path ----------------------------------------------------------------------------------
+async def test_a_lost_reply_path_fails_every_waiting_call() -> None:
+    setup = Setup()
+    unary = asyncio.ensure_future(setup.plane.infer(call()))
+    await setup.next_job()
+    stream = asyncio.ensure_future(setup.plane.infer_stream(call()).__anext__())
+    await setup.next_job()
+    lost = SluiceError(ErrorCode.UNAVAILABLE, "reply stream lost")
+    assert setup.replies.lose(lost) == 2
+    for task in (unary, stream):
+        with pytest.raises(SluiceError) as caught:
+            await task
+        assert caught.value is lost
+    assert len(setup.admission.cancelled) == 2  # their jobs may still run: workers skip them
+    assert setup.waiting == 0

@@ -8,8 +8,8 @@ import struct
 import pytest
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1 import kserve_pb2 as pb
-from sluice_gateway.rest_api.kserve_codec import RestInferRequest, infer_response_body, parse_infer_request
-from sluice_gateway.rest_api.kserve_tensors import json_data, pack
+from sluice_gateway.kserve.rest_codec import RestInferRequest, infer_response_body, parse_infer_request
+from sluice_gateway.kserve.rest_tensors import json_data, pack
 
 ELEMENTS = [b"hello", "wörld".encode(), b"\xff\x00\x80"]
 

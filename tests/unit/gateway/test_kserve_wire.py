@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 from sluice.v1 import kserve_pb2 as pb
-from sluice_gateway.grpc_api.kserve_wire import (
+from sluice_gateway.kserve.grpc_wire import (
     WireError,
     has_outputs,
     stream_response,

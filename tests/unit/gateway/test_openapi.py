@@ -1,7 +1,7 @@
 """The inference port's OpenAPI documents are valid OpenAPI 3.0.1 and list every route."""
 
 from openapi_spec_validator import validate
-from sluice_gateway.rest_api.openapi import api_description
+from sluice_gateway.torchserve.openapi import api_description
 
 
 def test_whole_api_document_is_valid() -> None:

@@ -6,8 +6,8 @@ import pytest
 from sluice.errors import ErrorCode, SluiceError
 from sluice.http_listener import ListenAddress, parse_address
 from sluice.status_map import rest_error_type, rest_status
+from sluice_gateway.kserve.rest_tensors import json_data, pack
 from sluice_gateway.metrics.exposition import MetricFamily, Sample, histogram_samples, render, select
-from sluice_gateway.rest_api.kserve_tensors import json_data, pack
 
 
 def test_addresses() -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 from sluice.errors import ErrorCode, SluiceError
-from sluice.v2_declaration import ModelTensors, TensorSpec
+from sluice.kserve.declaration import ModelTensors, TensorSpec
 
 from tests.unit.manager.test_version_config import record
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pytest
+from sluice.kserve.declaration import ModelTensors, TensorSpec
 from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
 from sluice.typed import Bounds, Checked, InvalidValue, Port, PositiveInt, build, convert
-from sluice.v2_declaration import ModelTensors, TensorSpec
 
 
 class Color(enum.StrEnum):

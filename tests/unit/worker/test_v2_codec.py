@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from sluice.kserve.datatypes import DATATYPES
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v2_datatypes import DATATYPES
 from sluice_worker import v2_codec
 from sluice_worker.v2_codec import CodecError, WireTensor
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve.declaration import ModelTensors, TensorSpec
 from sluice.v1 import kserve_pb2 as pb
-from sluice.v2_declaration import ModelTensors, TensorSpec
 from sluice_worker import protocols, v2_codec
 from sluice_worker.v2_protocol import TENSOR_ROW_HEADER, V2Protocol
 from ts.service import Service

@@ -1,1 +1,7 @@
-"""The gRPC transport: servicers convert messages and call the data plane; errors map in one place."""
+"""gRPC plumbing both protocol families share: the grpc.aio server, health and reflection
+(:mod:`.server`) and bidirectional calls (:mod:`.bidi_call`)."""
+
+import grpc
+
+# The context of an rpc registered without (de)serializers: raw request bytes in, raw bytes out.
+RawContext = grpc.aio.ServicerContext[bytes, bytes]

@@ -11,7 +11,9 @@ replies; further requests are not read until one finishes, so HTTP/2 flow contro
 import abc
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
+
+from sluice_gateway.grpc_api import RawContext
 
 OUTBOX_MESSAGES = 64
 
@@ -29,7 +31,7 @@ class BidiCall(abc.ABC, Generic[JobT]):
 
     name = "bidi"
 
-    def __init__(self, context: Any, *, max_in_flight: int) -> None:
+    def __init__(self, context: RawContext, *, max_in_flight: int) -> None:
         self._context = context
         self._slots = asyncio.Semaphore(max_in_flight)
         # None marks the end of the call.

@@ -2,12 +2,11 @@
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from sluice.cancellation import cancel_and_wait
 from sluice.log import get_logger
-from sluice.tasks import cancel_and_wait
 
 from sluice_gateway.settings import GatewaySettings
 
@@ -17,7 +16,9 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def create_server(settings: GatewaySettings, interceptors: Sequence[Any] = ()) -> Any:
+def create_server(
+    settings: GatewaySettings, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+) -> grpc.aio.Server:
     """A grpc.aio server; ``interceptors`` is where an auth interceptor goes."""
     return grpc.aio.server(
         interceptors=list(interceptors),
@@ -30,7 +31,7 @@ def create_server(settings: GatewaySettings, interceptors: Sequence[Any] = ()) -
     )
 
 
-def add_reflection(server: Any, service_names: Sequence[str]) -> None:
+def add_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> None:
     # Imported only when reflection is on (it is off by default): ~1 MiB of the gateway's memory.
     from grpc_reflection.v1alpha import reflection
 
@@ -46,7 +47,7 @@ class Readiness:
 
     def __init__(
         self,
-        server: Any,
+        server: grpc.aio.Server,
         service_names: Sequence[str],
         probe: Callable[[], Awaitable[bool]],
         *,

@@ -13,8 +13,8 @@ import socket
 import time
 from collections import defaultdict
 
+from sluice_gateway.inflight import PendingJob
 from sluice_gateway.metrics.exposition import MetricFamily, Sample
-from sluice_gateway.pending_jobs import PendingJob
 
 DEFAULT_VERSION_LABEL = "default"
 

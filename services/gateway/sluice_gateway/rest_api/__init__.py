@@ -1,3 +1,4 @@
-"""The REST transport (aiohttp): TorchServe's inference API and KServe v2 REST on
-``inference_address``. Handlers convert HTTP to an :class:`~sluice_gateway.dataplane.InferenceCall`,
-await the data plane once and convert the reply back; errors map once, in one middleware."""
+"""REST plumbing both protocol families share (aiohttp): the applications (:mod:`.server`), their
+listeners and the error bodies. The routes are :mod:`sluice_gateway.torchserve.rest` and
+:mod:`sluice_gateway.kserve.rest`; they convert HTTP to an
+:class:`~sluice_gateway.dataplane.InferenceCall` and await the data plane once."""

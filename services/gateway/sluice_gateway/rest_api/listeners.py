@@ -8,14 +8,14 @@ from sluice.http_listener import HttpListener, parse_address
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
+from sluice_gateway.kserve.rest import KServeRoutes
+from sluice_gateway.kserve.service import KServeService
 from sluice_gateway.metrics.http import MetricsRoutes
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import VersionResolver
-from sluice_gateway.rest_api.kserve import KServeRoutes
 from sluice_gateway.rest_api.server import create_app
-from sluice_gateway.rest_api.torchserve import TorchServeRoutes
 from sluice_gateway.settings import GatewaySettings
-from sluice_gateway.v2_service import V2Service
+from sluice_gateway.torchserve.rest import TorchServeRoutes
 
 
 def inference_listener(
@@ -23,10 +23,10 @@ def inference_listener(
     plane: DataPlane,
     resolver: VersionResolver,
     model_health: ModelHealth,
-    v2: V2Service,
+    kserve: KServeService,
     middlewares: Sequence[Any] = (),
 ) -> HttpListener:
-    routes = TorchServeRoutes(plane, resolver, model_health).routes() + KServeRoutes(v2).routes()
+    routes = TorchServeRoutes(plane, resolver, model_health).routes() + KServeRoutes(kserve).routes()
     app = create_app(routes, max_request_size=settings.max_request_size, extra_middlewares=middlewares)
     address = parse_address(settings.inference_address)
     return HttpListener(app, address, name="inference", cancel_on_disconnect=True)

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 from sluice.torchserve_http import on_response_prepare
 
-from sluice_gateway.rest_api.errors import error_middleware
+from sluice_gateway.rest_api.errors import gateway_error_middleware
 
 
 def create_app(
@@ -21,7 +21,7 @@ def create_app(
     extra_middlewares: Sequence[Any] = (),
 ) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware, *extra_middlewares], client_max_size=max_request_size
+        middlewares=[gateway_error_middleware, *extra_middlewares], client_max_size=max_request_size
     )
     app.on_response_prepare.append(on_response_prepare)
     app.add_routes(list(routes))

@@ -23,8 +23,8 @@ from typing import Any
 
 from sluice import names
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve.declaration import ModelTensors, parse_model_tensors
 from sluice.records import BatchPolicy, VersionRecord
-from sluice.v2_declaration import ModelTensors, parse_model_tensors
 
 from sluice_manager.memory_sizes import parse_bytes
 from sluice_manager.models.archives import printable

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from sluice.backoff import Backoff
 from sluice.log import get_logger
 
 log = get_logger(__name__)
@@ -75,16 +76,16 @@ class TaskWorkerProcess:
         log.info("control-plane task worker started", pid=self._process.pid, log_file=str(self._log_path))
 
     async def _watch(self) -> None:
-        delay_s = 0.5
+        backoff = Backoff(first_s=0.5, cap_s=_MAX_RESTART_DELAY_S)
         while not self._stopping:
             await asyncio.sleep(0.2)
             process = self._process
             if process is None or process.poll() is None or self._stopping:
                 continue
+            delay_s = backoff.next_delay_s()
             log.warning("control-plane task worker exited; restarting it", exit_code=process.returncode,
                         delay_s=delay_s, log_file=str(self._log_path))  # fmt: skip
             await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, _MAX_RESTART_DELAY_S)
             if not self._stopping:
                 self._spawn()
 

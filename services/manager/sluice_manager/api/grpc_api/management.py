@@ -10,9 +10,10 @@ from typing import Any
 
 import grpc
 from sluice.errors import ErrorCode, SluiceError
+from sluice.grpc_errors import add_service
 from sluice.v1 import torchserve_management_pb2 as pb
 
-from sluice_manager.api.grpc_api import errors
+from sluice_manager.api.grpc_api.errors import MANAGEMENT_STATUS
 from sluice_manager.api.management import ManagementService, RegisterRequest, ScaleRequest
 from sluice_manager.api.model_api import require_model_api
 from sluice_manager.api.model_views import pretty
@@ -110,11 +111,10 @@ def add_to_server(server: Any, servicer: ManagementServicer) -> None:
     }
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
-            errors.unary(method),
+            method,
             request_deserializer=message.FromString,
             response_serializer=pb.ManagementResponse.SerializeToString,
         )
         for name, (method, message) in methods.items()
     }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+    add_service(server, [SERVICE_NAME], handlers, MANAGEMENT_STATUS)

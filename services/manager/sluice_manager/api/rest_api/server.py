@@ -13,7 +13,7 @@ from aiohttp import web
 from sluice.torchserve_http import on_response_prepare
 
 from sluice_manager.api.management import ManagementService
-from sluice_manager.api.rest_api.errors import error_middleware
+from sluice_manager.api.rest_api.errors import management_error_middleware
 from sluice_manager.api.rest_api.routes import ManagementRoutes
 
 
@@ -25,7 +25,7 @@ def create_app(
     extra_routes: Sequence[web.RouteDef] = (),
 ) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware, *extra_middlewares], client_max_size=max_request_size
+        middlewares=[management_error_middleware, *extra_middlewares], client_max_size=max_request_size
     )
     app.on_response_prepare.append(on_response_prepare)
     app.add_routes([*ManagementRoutes(service).routes(), *extra_routes])

@@ -1,0 +1,142 @@
+"""The gateway's reply source on Redis (:class:`~.seam.ReplySource`): one XREAD BLOCK loop on the
+gateway's own reply stream hands replies to the calls waiting for them (:class:`ReplyWaiters`), keyed
+by job id.
+
+Read entries are trimmed (``XTRIM MINID``) in the same round trip as the next read, so an entry is
+never read twice, even after the read position is reset.
+"""
+
+import asyncio
+from typing import Any
+
+from sluice.backoff import Backoff
+from sluice.cancellation import cancel_and_wait
+from sluice.envelope import FIELD, EnvelopeError, decode_reply
+from sluice.errors import SluiceError
+from sluice.log import get_logger
+from sluice.pipelined_redis import PipelinedRedis
+from sluice.redis_errors import RedisError
+
+from sluice_gateway.waiters import ReplyWaiters, StreamWaiter, UnaryWaiter
+
+log = get_logger(__name__)
+
+START_ID = b"0-0"
+
+
+def next_id(entry_id: bytes) -> bytes:
+    """The smallest stream id after ``entry_id`` (``XTRIM MINID`` keeps ids >= the one given)."""
+    ms, _, seq = entry_id.partition(b"-")
+    return ms + b"-" + str(int(seq or b"0") + 1).encode()
+
+
+class RedisReplies:
+    """Waiters plus the reader task. ``redis`` must be a client reserved for this reader (its
+    blocking read would stall any other command) with a timeout longer than ``block_s``."""
+
+    def __init__(self, redis: PipelinedRedis, stream: str, *, block_s: float, count: int) -> None:
+        self._redis = redis
+        self._stream = stream
+        self._block_ms = int(block_s * 1000)
+        self._count = count
+        self.waiters = ReplyWaiters()
+        self._last_id = START_ID
+        self._trim_from: bytes | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # Reply source --------------------------------------------------------------------------------
+    @property
+    def reply_to(self) -> str:
+        return self._stream
+
+    def expect(self, job_id: str) -> UnaryWaiter:
+        return self.waiters.expect(job_id)
+
+    def expect_stream(self, job_id: str, limit: int) -> StreamWaiter:
+        return self.waiters.expect_stream(job_id, limit)
+
+    def forget(self, job_id: str) -> None:
+        self.waiters.forget(job_id)
+
+    @property
+    def in_flight(self) -> int:
+        return self.waiters.in_flight
+
+    # The stream's loss (see reply_stream_keeper) -------------------------------------------------
+    def mark(self) -> int:
+        """A point in registration order, for :meth:`stream_recreated`."""
+        return self.waiters.mark()
+
+    def stream_recreated(self, mark: int, error: SluiceError) -> int:
+        """The stream was missing and was created again, empty: read it from its first entry, and
+        fail with ``error`` the calls registered at or before ``mark``, whose replies may have been
+        dropped meanwhile. Returns how many."""
+        self._last_id = START_ID
+        self._trim_from = None
+        return self.waiters.fail_before(mark, error)
+
+    def dispatch(self, raw: bytes) -> None:
+        try:
+            reply = decode_reply(raw)
+        except EnvelopeError:
+            log.warning("reply entry dropped: not a valid Reply")
+            return
+        self.waiters.deliver(reply)
+
+    # Reader --------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="reply-reader")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait(self._task)
+            self._task = None
+
+    async def _run(self) -> None:
+        backoff = Backoff(first_s=0.05, jitter=True)
+        while True:
+            try:
+                await self.read_once()
+                backoff.reset()
+            except RedisError as exc:
+                delay_s = backoff.next_delay_s()
+                log.warning("reply stream read failed", error=str(exc), retry_in_s=round(delay_s, 3))
+                await asyncio.sleep(delay_s)
+            except Exception:
+                log.exception("reply reader error")
+                await asyncio.sleep(backoff.next_delay_s())
+
+    async def read_once(self) -> None:
+        """One blocking read (preceded by the trim of what the last read consumed)."""
+        trimmed = None
+        if self._trim_from is not None:
+            trimmed = self._redis.send("XTRIM", self._stream, "MINID", self._trim_from)
+        read = self._redis.send(
+            "XREAD", "COUNT", self._count, "BLOCK", self._block_ms, "STREAMS", self._stream, self._last_id
+        )
+        result = await read
+        if trimmed is not None:  # answered before the read (replies come in order)
+            trimmed.result()
+            self._trim_from = None
+        if result:
+            self._consume(result)
+
+    def _consume(self, result: Any) -> None:
+        """``result`` is XREAD's raw reply: ``[[stream, [[id, [field, value, ...]], ...]]]``."""
+        for _stream, entries in result:
+            for entry_id, fields in entries:
+                raw = _field(fields, FIELD)
+                if raw is not None:
+                    self.dispatch(raw)
+                self._last_id = entry_id
+        self._trim_from = next_id(self._last_id)
+
+
+def _field(fields: list[bytes] | None, name: bytes) -> bytes | None:
+    """The value of ``name`` in a flat ``[field, value, ...]`` list."""
+    if not fields:
+        return None
+    for index in range(0, len(fields) - 1, 2):
+        if fields[index] == name:
+            return fields[index + 1]
+    return None

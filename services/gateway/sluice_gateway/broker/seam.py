@@ -1,0 +1,63 @@
+"""What the data plane needs of the broker, and nothing of how it does it: a :class:`JobAdmission`
+that puts a job in its version's queue (or says why not) and flags abandoned jobs, and a
+:class:`ReplySource` that hands each job's replies to the call waiting for them.
+
+The Redis implementations are :mod:`.redis_admission` and :mod:`.redis_replies`; the unit tests use
+in-memory ones. A broker that cannot be reached raises :class:`BrokerUnavailable`, never its client's
+own errors.
+"""
+
+import enum
+from typing import Protocol
+
+from sluice_gateway.waiters import StreamWaiter, UnaryWaiter
+
+# What a client is told when the broker (the job queues and the registry in it) cannot be reached.
+UNAVAILABLE_MESSAGE = "Service unavailable: the job queue is unreachable."
+
+
+class BrokerUnavailable(Exception):
+    """The broker could not be reached or did not answer."""
+
+
+class Admission(enum.Enum):
+    """The outcome of an enqueue."""
+
+    ADMITTED = "admitted"
+    # The version is not (or no longer) active: the caller's view of the registry was stale.
+    VERSION_GONE = "version_gone"
+    NO_WORKER = "no_worker"
+    # The queue holds `job_queue_size` jobs, or the broker is out of memory.
+    QUEUE_FULL = "queue_full"
+
+
+class JobAdmission(Protocol):
+    async def enqueue(self, model: str, version: str, job: bytes) -> Admission:
+        """Put the encoded job in the version's queue if the version is active, has a worker and
+        room for it, in one atomic step; raises :class:`BrokerUnavailable`. A job may be queued when
+        the call is cancelled during the enqueue."""
+        ...
+
+    def cancel(self, model: str, version: str, job_id: str, ttl_ms: int) -> None:
+        """Flag a job whose caller left, for ``ttl_ms``, so that workers skip it. Off the caller's
+        path and best effort: it never raises."""
+        ...
+
+
+class ReplySource(Protocol):
+    @property
+    def reply_to(self) -> str:
+        """Where workers send the replies of the jobs expected here (``Job.reply_to``)."""
+        ...
+
+    def expect(self, job_id: str) -> UnaryWaiter:
+        """Wait for the job's first final reply."""
+        ...
+
+    def expect_stream(self, job_id: str, limit: int) -> StreamWaiter:
+        """Buffer every reply of the job, up to ``limit``."""
+        ...
+
+    def forget(self, job_id: str) -> None:
+        """Stop waiting for the job: its later replies are dropped."""
+        ...

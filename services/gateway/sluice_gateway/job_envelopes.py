@@ -1,0 +1,65 @@
+"""Pure pieces of the data plane: building a Job envelope, turning a failure Reply into a domain error,
+and how long a call may wait."""
+
+import uuid
+from collections.abc import Mapping
+
+from sluice.envelope import Job, Reply, WireProtocol
+from sluice.errors import ErrorCode, SluiceError
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+def build_job(
+    *,
+    job_id: str,
+    protocol: "WireProtocol.ValueType",
+    model: str,
+    version: str,
+    reply_to: str,
+    request: bytes,
+    now_ms: int,
+    timeout_s: float,
+    streaming: bool = False,
+    headers: Mapping[str, str] | None = None,
+) -> Job:
+    """The Job for one request; its deadline is ``now_ms + timeout_s``."""
+    job = Job(
+        job_id=job_id,
+        protocol=protocol,
+        model_name=model,
+        model_version=version,
+        reply_to=reply_to,
+        deadline_unix_ms=now_ms + int(timeout_s * 1000),
+        streaming=streaming,
+        request=request,
+        enqueued_unix_ms=now_ms,
+    )
+    if headers:
+        job.headers.update(headers)
+    return job
+
+
+def failure_from_reply(reply: Reply) -> SluiceError:
+    """The domain error a failure reply (``error_code`` set) stands for.
+
+    An unknown code (a newer worker) is treated as a handler failure with the reply's status."""
+    try:
+        code = ErrorCode[reply.error_code]
+    except KeyError:
+        code = ErrorCode.HANDLER_FAILED
+    status = reply.status_code if reply.status_code else None
+    message = reply.message or "Prediction failed"
+    return SluiceError(code, message, status)
+
+
+def effective_timeout_s(client_remaining_s: float | None, default_s: float | None, version_s: float) -> float:
+    """How long a call may wait: the client's deadline, else the configured default, else the
+    version's response timeout."""
+    if client_remaining_s is not None:
+        return max(client_remaining_s, 0.0)
+    if default_s is not None:
+        return default_s
+    return version_s

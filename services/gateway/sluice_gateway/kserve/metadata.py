@@ -1,0 +1,113 @@
+"""What KServe v2 metadata rpcs say about a model version, built from its :class:`VersionRecord`.
+
+Pure functions returning plain dataclasses; transports turn them into ModelMetadataResponse /
+ModelConfigResponse (gRPC) or JSON. Shapes follow Triton: metadata shapes carry a leading -1 when the
+model batches (``max_batch_size > 0``), config ``dims`` never carry the batch dimension.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sluice.kserve.datatypes import DATATYPES
+from sluice.kserve.declaration import TensorSpec
+from sluice.records import VersionRecord
+
+SERVER_NAME = "sluice"
+# The KServe/Triton extensions Sluice implements, exactly (ServerMetadata.extensions).
+EXTENSIONS = ("model_configuration", "statistics", "parameters")
+# ModelConfig.backend: handlers run through TorchServe's Python handler contract.
+BACKEND = "torchserve"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMetadata:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorMetadata, ...]
+    outputs: tuple[TensorMetadata, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigTensor:
+    name: str
+    # model_config.proto DataType name (TYPE_FP32, TYPE_STRING for BYTES ...).
+    data_type: str
+    dims: tuple[int, ...]
+    optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicBatching:
+    preferred_batch_size: int
+    max_queue_delay_us: int
+    max_queue_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfigView:
+    name: str
+    platform: str
+    backend: str
+    runtime: str
+    max_batch_size: int
+    inputs: tuple[ConfigTensor, ...]
+    outputs: tuple[ConfigTensor, ...]
+    # None when the workers run one job per handler call.
+    dynamic_batching: DynamicBatching | None
+    decoupled: bool
+    instance_count: int
+    instance_kind: str  # "KIND_CPU" or "KIND_GPU"
+    parameters: dict[str, str]
+
+
+def model_metadata(record: VersionRecord, versions: Iterable[str]) -> ModelMetadata:
+    tensors = record.tensors
+    batch = (-1,) if tensors.max_batch_size > 0 else ()
+    return ModelMetadata(
+        name=record.model_name,
+        versions=tuple(sorted(versions)),
+        platform=tensors.platform or BACKEND,
+        inputs=tuple(TensorMetadata(s.name, s.datatype, (*batch, *s.shape)) for s in tensors.inputs),
+        outputs=tuple(TensorMetadata(s.name, s.datatype, (*batch, *s.shape)) for s in tensors.outputs),
+    )
+
+
+def model_config(record: VersionRecord) -> ModelConfigView:
+    tensors = record.tensors
+    batching = None
+    if record.batch_size > 1:
+        batching = DynamicBatching(
+            preferred_batch_size=record.batch_size,
+            max_queue_delay_us=record.max_batch_delay_ms * 1000,
+            max_queue_size=record.job_queue_size,
+        )
+    return ModelConfigView(
+        name=record.model_name,
+        platform=tensors.platform,
+        backend=BACKEND,
+        runtime=record.runtime,
+        max_batch_size=tensors.max_batch_size,
+        inputs=tuple(_config_tensor(spec) for spec in tensors.inputs),
+        outputs=tuple(_config_tensor(spec) for spec in tensors.outputs),
+        dynamic_batching=batching,
+        decoupled=tensors.decoupled,
+        instance_count=record.min_workers,
+        instance_kind="KIND_GPU" if record.device_type == "gpu" else "KIND_CPU",
+        parameters={
+            "handler": record.handler,
+            "batch_size": str(record.batch_size),
+            "tensor_handler": "true" if tensors.tensor_handler else "false",
+        },
+    )
+
+
+def _config_tensor(spec: TensorSpec) -> ConfigTensor:
+    return ConfigTensor(spec.name, DATATYPES[spec.datatype].triton_type, spec.shape, spec.optional)

@@ -1,0 +1,119 @@
+"""A KServe v2 inference request as the gateway checks it, independent of the transport that carried it.
+
+The gRPC converter (``kserve/grpc_codec.py``) fills these from a ``ModelInferRequest``; the data
+itself is never decoded (no numpy in the gateway): raw entries are kept as bytes for their lengths and
+BYTES framing, typed contents only as element counts per ``InferTensorContents`` field.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sluice.errors import ErrorCode, SluiceError
+
+ParameterKind = Literal["bool", "int64", "string", "double", "uint64"]
+ParameterValue = bool | int | str | float
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    # None: the parameter's oneof is not set.
+    kind: ParameterKind | None
+    value: ParameterValue | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InputTensor:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    # Element count per non-empty InferTensorContents field; None when the input has no contents.
+    typed_counts: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedOutput:
+    name: str
+    parameters: Mapping[str, Parameter] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class KServeRequest:
+    model: str
+    version: str
+    request_id: str
+    inputs: tuple[InputTensor, ...]
+    # One entry per input in order, or empty when the inputs carry typed contents.
+    raw_input_contents: tuple[bytes, ...] = ()
+    outputs: tuple[RequestedOutput, ...] = ()
+    parameters: Mapping[str, Parameter] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOptions:
+    """What the request-level parameters ask of the server."""
+
+    # `timeout` (microseconds) as seconds; None when not set.
+    timeout_s: float | None = None
+    priority: int = 0
+    # `triton_enable_empty_final_response`: streams send an empty final response.
+    empty_final_response: bool = False
+    # `binary_data_output` = false: answer with typed contents instead of raw_output_contents.
+    typed_outputs: bool = False
+
+
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+BINARY_DATA_OUTPUT = "binary_data_output"
+# Triton's reserved request parameters that Sluice accepts and does not act on (no sequence batching).
+IGNORED_RESERVED = frozenset({"sequence_id", "sequence_start", "sequence_end", "headers"})
+
+
+def request_options(parameters: Mapping[str, Parameter]) -> RequestOptions:
+    """Reserved parameters checked as Triton checks them; custom keys pass through to the handler."""
+    for key in parameters:
+        if key.startswith("triton_") and key != EMPTY_FINAL_RESPONSE:
+            raise _invalid(
+                f"parameter keys starting with 'triton_' are reserved for Triton usage; only "
+                f"'{EMPTY_FINAL_RESPONSE}' is allowed, got '{key}'"
+            )
+    return RequestOptions(
+        timeout_s=_timeout_s(parameters.get("timeout")),
+        priority=_priority(parameters.get("priority")),
+        empty_final_response=_flag(parameters, EMPTY_FINAL_RESPONSE, default=False),
+        typed_outputs=not _flag(parameters, BINARY_DATA_OUTPUT, default=True),
+    )
+
+
+def _priority(parameter: Parameter | None) -> int:
+    if parameter is None:
+        return 0
+    if parameter.kind not in ("int64", "uint64") or not isinstance(parameter.value, int):
+        raise _invalid("invalid value type for 'priority' parameter, expected int64_param or uint64_param.")
+    if parameter.value < 0:
+        raise _invalid(
+            f"invalid value for 'priority' parameter, expected a value >= 0, got {parameter.value}"
+        )
+    return parameter.value
+
+
+def _timeout_s(parameter: Parameter | None) -> float | None:
+    if parameter is None:
+        return None
+    if parameter.kind != "int64" or not isinstance(parameter.value, int):
+        raise _invalid("invalid value type for 'timeout' parameter, expected int64_param.")
+    if parameter.value < 0:
+        raise _invalid(f"invalid value for 'timeout' parameter, expected a value >= 0, got {parameter.value}")
+    return parameter.value / 1_000_000
+
+
+def _flag(parameters: Mapping[str, Parameter], key: str, *, default: bool) -> bool:
+    parameter = parameters.get(key)
+    if parameter is None:
+        return default
+    if parameter.kind != "bool" or not isinstance(parameter.value, bool):
+        raise _invalid(f"invalid value type for '{key}' parameter, expected bool_param.")
+    return parameter.value
+
+
+def _invalid(message: str) -> SluiceError:
+    return SluiceError(ErrorCode.INVALID_ARGUMENT, message)

@@ -1,0 +1,277 @@
+"""The KServe v2 / Open Inference Protocol service, transport-agnostic: health, metadata, configuration,
+statistics, repository index and inference over the :class:`DataPlane`.
+
+Transports convert their request into :class:`KServeRequest` (and keep the original bytes, which go to
+the worker undecoded as ``Job.request``), await one call here and convert the result back. Requests
+are checked against the version they resolve to before anything is enqueued
+(:mod:`sluice_gateway.kserve.validation`). Responses are built by the worker; this layer returns them as
+bytes.
+"""
+
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sluice import keys, names, registry
+from sluice.control_redis import ControlRedis
+from sluice.envelope import Reply, WireProtocol
+from sluice.errors import ErrorCode, SluiceError
+from sluice.records import VersionRecord
+from sluice.redis_errors import RedisError
+
+from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE
+from sluice_gateway.dataplane import DataPlane, InferenceCall
+from sluice_gateway.inflight import PendingJob, StreamJob
+from sluice_gateway.kserve.metadata import EXTENSIONS, SERVER_NAME, ModelConfigView, ModelMetadata
+from sluice_gateway.kserve.metadata import model_config as build_model_config
+from sluice_gateway.kserve.metadata import model_metadata as build_model_metadata
+from sluice_gateway.kserve.readiness import RegistryReadiness, version_ready
+from sluice_gateway.kserve.request import KServeRequest, RequestOptions, request_options
+from sluice_gateway.kserve.stats import InferenceStats, Outcome, VersionStats
+from sluice_gateway.kserve.validation import check_request
+from sluice_gateway.registry_cache import VersionResolver, model_not_found
+
+T = TypeVar("T")
+
+DECOUPLED_UNARY_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata:
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StatsEntry:
+    model: str
+    version: str
+    stats: VersionStats
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    model: str
+    version: str
+    state: str  # READY or UNAVAILABLE
+    reason: str
+
+
+class KServeStream:
+    """One streamed inference: its replies in order (the final one last), then stats are recorded."""
+
+    def __init__(
+        self,
+        service: "KServeService",
+        job: StreamJob,
+        request: KServeRequest,
+        options: RequestOptions,
+        *,
+        decoupled: bool,
+        batch_size: int = 1,
+    ) -> None:
+        self._service = service
+        self._job = job
+        self._batch_size = batch_size
+        self.request = request
+        self.options = options
+        # A decoupled model answers 0..N times per request; any other model exactly once.
+        self.decoupled = decoupled
+        self.model = job.model
+        self.version = job.version
+
+    async def replies(self) -> AsyncGenerator[Reply, None]:
+        started_ns = time.monotonic_ns()
+        ok = False
+        try:
+            async for reply in self._job.replies():
+                yield reply
+            ok = True
+        finally:
+            self._job.close()
+            self._service.record_outcome(self._job, self._batch_size, ok, started_ns)
+
+    def close(self) -> None:
+        self._job.close()
+
+
+@dataclass(slots=True)
+class _Admission:
+    """The call handed to the data plane, and what admitting it learnt (the request's batch size)."""
+
+    call: InferenceCall
+    batch_size: int = 1
+
+
+class KServeService:
+    def __init__(
+        self,
+        plane: DataPlane,
+        resolver: VersionResolver,
+        redis: ControlRedis,
+        *,
+        gateway_ready: Callable[[], Awaitable[bool]],
+        version: str,
+        stats: InferenceStats | None = None,
+    ) -> None:
+        self._plane = plane
+        self._resolver = resolver
+        self._redis = redis
+        self._readiness = RegistryReadiness(redis)
+        self._gateway_ready = gateway_ready
+        self._version = version
+        self.stats = stats if stats is not None else InferenceStats()
+
+    # Health and metadata -------------------------------------------------------------------------
+    def live(self) -> bool:
+        return True
+
+    async def ready(self) -> bool:
+        return await self._gateway_ready() and await self._readiness.startup_models_ready()
+
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(SERVER_NAME, self._version, EXTENSIONS)
+
+    async def model_ready(self, model: str, version: str) -> bool:
+        record = await self.record(model, version)
+        live = await self._redis_call(self._readiness.live_workers(record.model_name, record.version))
+        return version_ready(record.min_workers, live)
+
+    async def model_metadata(self, model: str, version: str) -> ModelMetadata:
+        record = await self.record(model, version)
+        _default, versions = await self._redis_call(registry.model_versions(self._redis, record.model_name))
+        return build_model_metadata(record, versions or {record.version})
+
+    async def model_config(self, model: str, version: str) -> ModelConfigView:
+        return build_model_config(await self.record(model, version))
+
+    async def record(self, model: str, version: str) -> VersionRecord:
+        """The record of ``model``/``version`` ("" = default); NOT_FOUND naming the model or version.
+        A version string that cannot be a version name is INVALID_ARGUMENT."""
+        if version and not names.is_valid(version):
+            raise invalid_version(model)
+        return await self._resolver.resolve(names.check_model_name(model), version)
+
+    # Inference -----------------------------------------------------------------------------------
+    async def infer(self, request: KServeRequest, raw: bytes, timeout_s: float | None) -> bytes:
+        """Run one request to its final reply; returns the worker-built ModelInferResponse bytes."""
+        options = request_options(request.parameters)
+        _check_version_name(request)
+        admission = self._admission(request, raw, _earliest(timeout_s, options.timeout_s), unary=True)
+        job = await self._plane.submit(admission.call)
+        started_ns, ok = time.monotonic_ns(), False
+        try:
+            reply = await job.result()
+            ok = True
+            return reply.payload
+        finally:
+            job.close()
+            self.record_outcome(job, admission.batch_size, ok, started_ns)
+
+    async def open_stream(self, request: KServeRequest, raw: bytes, timeout_s: float | None) -> KServeStream:
+        """Admit one request of a streaming rpc. A decoupled model's job streams (runs alone, every
+        intermediate result is a response); any other model's job may share a batch and answers once."""
+        options = request_options(request.parameters)
+        decoupled = (await self.record(request.model, request.version)).tensors.decoupled
+        admission = self._admission(
+            request, raw, _earliest(timeout_s, options.timeout_s), unary=False, stream_in_batch=not decoupled
+        )
+        job = await self._plane.submit_stream(admission.call)
+        return KServeStream(self, job, request, options, decoupled=decoupled, batch_size=admission.batch_size)
+
+    def _admission(
+        self,
+        request: KServeRequest,
+        raw: bytes,
+        timeout_s: float | None,
+        *,
+        unary: bool,
+        stream_in_batch: bool = False,
+    ) -> "_Admission":
+        def admit(record: VersionRecord) -> None:
+            if unary and record.tensors.decoupled:
+                raise SluiceError(ErrorCode.NOT_IMPLEMENTED, DECOUPLED_UNARY_MESSAGE)
+            check_request(request, record.tensors)
+            if record.tensors.max_batch_size > 0 and request.inputs and request.inputs[0].shape:
+                admission.batch_size = request.inputs[0].shape[0]
+
+        call = InferenceCall(
+            protocol=WireProtocol.KSERVE,
+            model=request.model,
+            version=request.version,
+            request=raw,
+            timeout_s=timeout_s,
+            admit=admit,
+            stream_in_batch=stream_in_batch,
+        )
+        admission = _Admission(call)
+        return admission
+
+    def record_outcome(self, job: PendingJob, batch_size: int, ok: bool, started_ns: int) -> None:
+        now_ms = time.time_ns() // 1_000_000
+        duration_ns = time.monotonic_ns() - started_ns
+        queue_ns = None
+        if ok and job.started_unix_ms and job.enqueued_unix_ms:
+            queue_ns = max(job.started_unix_ms - job.enqueued_unix_ms, 0) * 1_000_000
+        self.stats.record(job.model, job.version, Outcome(ok, duration_ns, now_ms, batch_size, queue_ns))
+
+    # Statistics and repository -------------------------------------------------------------------
+    async def statistics(self, model: str, version: str) -> list[StatsEntry]:
+        """Counters of ``model`` (every version when ``version`` is ""), or of every model."""
+        if model:
+            record = await self.record(model, version) if version else None
+            versions = [record.version] if record else sorted(await self._versions(model))
+            return [StatsEntry(model, v, self.stats.get(model, v)) for v in versions]
+        return [
+            StatsEntry(name, v, self.stats.get(name, v))
+            for name in await self._model_names()
+            for v in sorted(await self._versions(name))
+        ]
+
+    async def repository_index(self, ready_only: bool) -> list[IndexEntry]:
+        entries = []
+        for name in await self._model_names():
+            for version in sorted(await self._versions(name)):
+                record = await self._redis_call(registry.get_version(self._redis, name, version))
+                if record is None:
+                    continue
+                live = await self._redis_call(self._readiness.live_workers(name, version))
+                ready = version_ready(record.min_workers, live)
+                if ready or not ready_only:
+                    reason = "" if ready else f"{live} live worker(s), {max(1, record.min_workers)} needed"
+                    entries.append(IndexEntry(name, version, "READY" if ready else "UNAVAILABLE", reason))
+        return entries
+
+    async def _versions(self, model: str) -> set[str]:
+        names.check_model_name(model)
+        _default, versions = await self._redis_call(registry.model_versions(self._redis, model))
+        if not versions:
+            raise model_not_found(model)
+        return versions
+
+    async def _model_names(self) -> list[str]:
+        raw = await self._redis_call(self._redis.zrange(keys.MODELS, 0, -1))
+        return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
+
+    @staticmethod
+    async def _redis_call(call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except RedisError as exc:
+            raise SluiceError(ErrorCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
+
+
+def invalid_version(model: str) -> SluiceError:
+    return SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid model version for model '{model}'")
+
+
+def _check_version_name(request: KServeRequest) -> None:
+    if request.version and not names.is_valid(request.version):
+        raise invalid_version(request.model)
+
+
+def _earliest(*timeouts_s: float | None) -> float | None:
+    given = [t for t in timeouts_s if t is not None]
+    return min(given) if given else None

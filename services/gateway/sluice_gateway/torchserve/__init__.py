@@ -1,0 +1,1 @@
+"""TorchServe's inference API: the gRPC service, the REST routes and the OpenAPI description."""

@@ -1,0 +1,61 @@
+"""The Redis reply source without Redis: decoding and dispatch of XREAD's entries, the read position,
+and what a recreated reply stream does to the calls waiting on it."""
+
+from typing import Any
+
+import pytest
+from sluice.envelope import FIELD, Reply, encode_reply
+from sluice.errors import ErrorCode, SluiceError
+from sluice_gateway.broker.redis_replies import RedisReplies, next_id
+
+
+def make_replies() -> RedisReplies:
+    unused: Any = None
+    return RedisReplies(unused, "sluice:{gw:test}:replies", block_s=1.0, count=10)
+
+
+def raw(job_id: str, *, seq: int = 0, final: bool = True, payload: bytes = b"") -> bytes:
+    return encode_reply(Reply(job_id=job_id, seq=seq, final=final, payload=payload, attempt=1))
+
+
+def test_next_id() -> None:
+    assert next_id(b"1700000000000-0") == b"1700000000000-1"
+    assert next_id(b"5-41") == b"5-42"
+
+
+async def test_dispatch_decodes_and_drops_garbage() -> None:
+    replies = make_replies()
+    assert replies.reply_to == "sluice:{gw:test}:replies"
+    waiter = replies.expect("j1")
+    replies.dispatch(b"\xff not a reply")
+    replies.dispatch(encode_reply(Reply(job_id="j1")).replace(b"\x08\x01", b"\x08\x09", 1))  # schema 9
+    assert not waiter.future.done()
+    replies.dispatch(raw("j1", payload=b"out"))
+    assert (await waiter.result()).payload == b"out"
+    replies.forget("j1")
+    assert replies.in_flight == 0
+
+
+async def test_consume_dispatches_and_moves_the_read_position() -> None:
+    replies = make_replies()
+    waiter = replies.expect_stream("j1", limit=10)
+    entries = [[b"1-0", [FIELD, raw("j1", final=False)]], [b"1-1", [b"other", b""]], [b"1-2", None]]
+    replies._consume([[b"stream", entries]])
+    assert (await waiter.get()).job_id == "j1"
+    assert (replies._last_id, replies._trim_from) == (b"1-2", b"1-3")
+
+
+async def test_a_recreated_stream_is_read_from_its_start_and_fails_earlier_calls() -> None:
+    replies = make_replies()
+    replies._consume([[b"stream", [[b"7-0", [FIELD, raw("other")]]]]])
+    early = replies.expect("early")
+    mark = replies.mark()
+    late = replies.expect_stream("late", limit=10)
+    lost = SluiceError(ErrorCode.UNAVAILABLE, "lost")
+    assert replies.stream_recreated(mark, lost) == 1
+    assert (replies._last_id, replies._trim_from) == (b"0-0", None)
+    with pytest.raises(SluiceError) as caught:
+        await early.result()
+    assert caught.value is lost
+    replies.dispatch(raw("late", final=False))
+    assert (await late.get()).job_id == "late"
