@@ -20,12 +20,13 @@ from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
 
 from sluice_worker import device, runtime
 from sluice_worker.batch_policy import Batching
+from sluice_worker.broker.job_stream import JobQueue
+from sluice_worker.broker.presence import Presence
+from sluice_worker.broker.reclaim import Reclaimer
 from sluice_worker.exit_codes import ExitCode
-from sluice_worker.job_queue import JobQueue
 from sluice_worker.model_fetch import FetchError, model_folder
-from sluice_worker.presence import Presence
-from sluice_worker.reclaim import Reclaimer
-from sluice_worker.redis_retry import until_done
+from sluice_worker.protocols import Protocols
+from sluice_worker.retries import until_done
 from sluice_worker.settings import WorkerSettings
 from sluice_worker.startup import enter_model_dir, wait_for_record
 from sluice_worker.torch_thread import HandlerExit, TorchThread
@@ -157,8 +158,7 @@ async def _start(
         torch_thread=torch_thread,
         service=service,
         stopping=stop,
-        tensors=record.tensors,
-        decode_input_request=settings.decode_input_request,
+        protocols=Protocols(record.tensors, decode_input_request=settings.decode_input_request),
     )
     await until_done(presence.announce, "announce READY")
     # What startup built (modules, the model, the handler) lives as long as the process: keep it out

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 
 from sluice.envelope import Reply
 from sluice.errors import ErrorCode, SluiceError
-from sluice.kserve.declaration import ModelTensors
 
-from sluice_worker import protocols
 from sluice_worker.delivery import Delivery
 from sluice_worker.frames import FrameRow, PredictFrame
+from sluice_worker.protocols import Protocols
 
 WORKER_DIED = SluiceError(ErrorCode.WORKER_DIED, "Worker died.")
 NO_RESULT = SluiceError(ErrorCode.INTERNAL, "The handler returned no result for this request.")
@@ -55,12 +54,12 @@ class ReplyBook:
         self,
         deliveries: Iterable[Delivery],
         started_unix_ms: int = 0,
-        tensors: ModelTensors = protocols.NO_TENSORS,
+        protocols: Protocols | None = None,
     ) -> None:
         """``started_unix_ms``: when the batch was handed to the handler (the gateway's queue time);
-        ``tensors``: the model's KServe v2 declaration (v2 payloads depend on it)."""
+        ``protocols``: the worker's wire protocols (they make payloads of results)."""
         self._started_unix_ms = started_unix_ms
-        self._tensors = tensors
+        self._protocols = protocols or Protocols()
         self._deliveries = {delivery.job_id: delivery for delivery in deliveries}
         self._next_seq = dict.fromkeys(self._deliveries, 0)
         self._finished: set[str] = set()
@@ -126,7 +125,7 @@ class ReplyBook:
 
     def _result(self, delivery: Delivery, row: FrameRow, final: bool) -> Outgoing:
         try:
-            payload = protocols.reply_payload(delivery.job, row.body, self._tensors)
+            payload = self._protocols.reply_payload(delivery.job, row.body)
         except SluiceError as error:  # a result the protocol cannot answer with fails its job only
             return self._fail(delivery, error)
         reply = Reply(

@@ -15,8 +15,8 @@ from ts.model_loader import TsModelLoader
 
 from sluice_worker import device
 from sluice_worker.protocols import NO_TENSORS, TsRequest
+from sluice_worker.protocols.kserve import KServe
 from sluice_worker.sink import ReplySink
-from sluice_worker.v2_protocol import V2Protocol
 
 # The metrics definitions TorchServe's frontend hands its workers by default.
 METRICS_CONFIG = Path(ts.__file__).parent / "configs" / "metrics.yaml"
@@ -31,7 +31,7 @@ class LoadSpec:
     envelope: str
     choice: device.DeviceChoice
     torch_threads: int | None = None
-    # KServe v2 declaration; tensor_handler models get their results packed (V2Protocol).
+    # KServe v2 declaration; tensor_handler models get their results packed (protocols.kserve).
     tensors: ModelTensors = NO_TENSORS
 
 
@@ -56,7 +56,7 @@ def load_service(spec: LoadSpec) -> Any:
         metrics_cache=metrics,
     )
     if spec.tensors.tensor_handler:
-        service._entry_point = V2Protocol(spec.tensors).tensor_entry_point(service._entry_point)
+        service._entry_point = KServe(spec.tensors).tensor_entry_point(service._entry_point)
     return service
 
 

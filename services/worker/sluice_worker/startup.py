@@ -12,7 +12,7 @@ from sluice.backoff import Backoff
 from sluice.log import get_logger
 from sluice.records import VersionRecord
 
-from sluice_worker.redis_retry import REDIS_DOWN
+from sluice_worker.retries import REDIS_DOWN
 
 log = get_logger(__name__)
 

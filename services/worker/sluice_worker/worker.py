@@ -12,17 +12,17 @@ from typing import Any
 import structlog
 from sluice.backoff import Backoff
 from sluice.errors import ErrorCode, SluiceError
-from sluice.kserve.declaration import ModelTensors
 from sluice.log import get_logger
 
-from sluice_worker import frames, protocols, runtime
+from sluice_worker import frames, runtime
 from sluice_worker.batch_policy import Batching, Run, is_expired, next_step, split_batches
+from sluice_worker.broker.job_stream import JobQueue
+from sluice_worker.broker.reclaim import Reclaimer
 from sluice_worker.delivery import Delivery
 from sluice_worker.exit_codes import ExitCode
-from sluice_worker.job_queue import JobQueue
-from sluice_worker.reclaim import Reclaimer
-from sluice_worker.redis_retry import REDIS_DOWN, REDIS_FAILED, until_done
+from sluice_worker.protocols import Protocols, TsRequest
 from sluice_worker.replies import WORKER_DIED, Outgoing, ReplyBook, failure
+from sluice_worker.retries import REDIS_DOWN, REDIS_FAILED, until_done
 from sluice_worker.sink import ReplySink
 from sluice_worker.torch_thread import HandlerExit, TorchThread
 
@@ -64,8 +64,7 @@ class Worker:
         torch_thread: TorchThread,
         service: Any,
         stopping: asyncio.Event,
-        tensors: ModelTensors = protocols.NO_TENSORS,
-        decode_input_request: bool = True,
+        protocols: Protocols | None = None,
     ) -> None:
         self._batching = batching
         self._response_timeout_s = response_timeout_s
@@ -77,13 +76,12 @@ class Worker:
         # Set on SIGTERM: stop reading, finish the jobs in hand.
         self._stopping = stopping
         self._read_backoff = Backoff()
-        # The model's KServe v2 declaration: v2 rows and replies depend on it.
-        self._tensors = tensors
-        self._decode_input_request = decode_input_request
+        # How each job's request becomes a handler row and each result a reply payload.
+        self._protocols = protocols or Protocols()
         # Replies and acks sent but not yet confirmed (see _finish), with how to send them again.
         self._unconfirmed: list[tuple[Awaitable[None], Callable[[], Awaitable[None]]]] = []
         # Handler requests of jobs read ahead while the previous batch ran (see _prefetch).
-        self._prepared: dict[bytes, protocols.TsRequest | SluiceError] = {}
+        self._prepared: dict[bytes, TsRequest | SluiceError] = {}
         # Running average of the handler's run times; until measured, calls count as slow enough.
         self._call_time_s = PREFETCH_CALL_S
 
@@ -196,11 +194,9 @@ class Worker:
             task.cancel()  # only if this task was cancelled meanwhile (shutdown)
         return results, exit_code, prefetched
 
-    def _handler_request(self, delivery: Delivery) -> protocols.TsRequest | SluiceError:
+    def _handler_request(self, delivery: Delivery) -> TsRequest | SluiceError:
         try:
-            return protocols.handler_request(
-                delivery.job, self._tensors, decode_input_request=self._decode_input_request
-            )
+            return self._protocols.handler_request(delivery.job)
         except SluiceError as error:
             return error
 
@@ -209,7 +205,7 @@ class Worker:
         With ``prefetch``, also the jobs read for the next batch meanwhile."""
         prepared = {delivery.entry_id: self._prepared.pop(delivery.entry_id, None) for delivery in batch}
         live, outgoing = await self._screen(batch)
-        requests: list[protocols.TsRequest] = []
+        requests: list[TsRequest] = []
         runnable: list[Delivery] = []
         for delivery in live:
             built = prepared[delivery.entry_id] or self._handler_request(delivery)
@@ -262,7 +258,7 @@ class Worker:
         return [d for d in current if d.job_id not in cancelled], outgoing
 
     async def _call_handler(
-        self, runnable: list[Delivery], requests: list[protocols.TsRequest]
+        self, runnable: list[Delivery], requests: list[TsRequest]
     ) -> tuple[list[Outgoing], ExitCode | None]:
         """The handler's outcome, logged with the batch's request ids (and only that: the read
         ahead that may run beside it logs without them)."""
@@ -270,9 +266,9 @@ class Worker:
             return await self._handler_outcome(runnable, requests)
 
     async def _handler_outcome(
-        self, runnable: list[Delivery], requests: list[protocols.TsRequest]
+        self, runnable: list[Delivery], requests: list[TsRequest]
     ) -> tuple[list[Outgoing], ExitCode | None]:
-        book = ReplyBook(runnable, started_unix_ms=int(time.time() * 1000), tensors=self._tensors)
+        book = ReplyBook(runnable, started_unix_ms=int(time.time() * 1000), protocols=self._protocols)
         sink = ReplySink(book, self._publish, asyncio.get_running_loop())
         try:
             raw = await asyncio.wait_for(

@@ -4,8 +4,10 @@ import pytest
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
-from sluice_worker import protocols
+from sluice_worker.protocols import Protocols
 from ts.service import Service
+
+PROTOCOLS = Protocols()
 
 
 def _grpc_job(inputs: dict[str, bytes], headers: dict[str, str] | None = None, job_id: str = "job-1") -> Job:
@@ -20,7 +22,7 @@ def _grpc_job(inputs: dict[str, bytes], headers: dict[str, str] | None = None, j
 
 def test_grpc_rows_are_bytearrays_with_empty_content_types_and_job_headers() -> None:
     job = _grpc_job({"data": b"\x00hi", "extra": b"x"}, headers={"ts_request_sequence_id": "seq-1"})
-    request = protocols.handler_request(job)
+    request = PROTOCOLS.handler_request(job)
     processors, rows, ids = Service.retrieve_data_for_inference([request])
     assert rows == [{"data": bytearray(b"\x00hi"), "extra": bytearray(b"x")}]
     assert all(type(value) is bytearray for value in rows[0].values())
@@ -34,7 +36,7 @@ def test_grpc_rows_are_bytearrays_with_empty_content_types_and_job_headers() -> 
 
 def test_a_batch_keeps_one_row_and_request_id_per_job() -> None:
     batch = [
-        protocols.handler_request(_grpc_job({"data": str(i).encode()}, job_id=f"j{i}")) for i in range(3)
+        PROTOCOLS.handler_request(_grpc_job({"data": str(i).encode()}, job_id=f"j{i}")) for i in range(3)
     ]
     _, rows, ids = Service.retrieve_data_for_inference(batch)
     assert rows == [{"data": bytearray(str(i).encode())} for i in range(3)]
@@ -43,7 +45,7 @@ def test_a_batch_keeps_one_row_and_request_id_per_job() -> None:
 
 def test_describe_rows_are_empty_with_the_describe_header() -> None:
     job = Job(job_id="d", protocol=WireProtocol.DESCRIBE)
-    processors, rows, _ = Service.retrieve_data_for_inference([protocols.handler_request(job)])
+    processors, rows, _ = Service.retrieve_data_for_inference([PROTOCOLS.handler_request(job)])
     assert rows == [{}]
     assert processors[0].get_request_property("describe") == "True"
 
@@ -51,31 +53,31 @@ def test_describe_rows_are_empty_with_the_describe_header() -> None:
 def test_undecodable_prediction_request_is_a_client_error() -> None:
     job = Job(job_id="bad", protocol=WireProtocol.TORCHSERVE_GRPC, request=b"\xff\xff\xff")
     with pytest.raises(SluiceError) as caught:
-        protocols.handler_request(job)
+        PROTOCOLS.handler_request(job)
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
 
 
 @pytest.mark.parametrize("protocol", [WireProtocol.WIRE_PROTOCOL_UNSPECIFIED, 4, 99])
 def test_protocols_this_worker_does_not_serve_are_refused(protocol: int) -> None:
     with pytest.raises(SluiceError) as caught:
-        protocols.handler_request(Job(job_id="x", protocol=protocol))  # type: ignore[arg-type]
+        PROTOCOLS.handler_request(Job(job_id="x", protocol=protocol))  # type: ignore[arg-type]
     assert caught.value.code is ErrorCode.INTERNAL
 
 
 def test_reply_payloads() -> None:
-    grpc = protocols.reply_payload(Job(protocol=WireProtocol.TORCHSERVE_GRPC), b"out")
+    grpc = PROTOCOLS.reply_payload(Job(protocol=WireProtocol.TORCHSERVE_GRPC), b"out")
     assert PredictionResponse.FromString(grpc) == PredictionResponse(prediction=b"out")
-    assert protocols.reply_payload(Job(protocol=WireProtocol.DESCRIBE), b'{"a": 1}') == b'{"a": 1}'
+    assert PROTOCOLS.reply_payload(Job(protocol=WireProtocol.DESCRIBE), b'{"a": 1}') == b'{"a": 1}'
 
 
 def test_torchserve_rest_rows_and_payloads() -> None:
     job = Job(job_id="r1", protocol=WireProtocol.TORCHSERVE_REST, request=b'{"a": 1}')
     job.headers.update({"Content-Type": "application/json", "url_path": "x/y", "explain": "False"})
-    request = protocols.handler_request(job)
+    request = PROTOCOLS.handler_request(job)
     assert request["parameters"] == [{"name": "body", "contentType": "application/json", "value": {"a": 1}}]
     headers = {h["name"]: h["value"] for h in request["headers"]}
     assert headers[b"url_path"] == b"x/y"
     assert headers[b"Content-Type"] == b"application/json"
-    raw = protocols.handler_request(job, decode_input_request=False)["parameters"][0]["value"]
+    raw = Protocols(decode_input_request=False).handler_request(job)["parameters"][0]["value"]
     assert raw == bytearray(b'{"a": 1}')
-    assert protocols.reply_payload(job, b"body bytes") == b"body bytes"
+    assert PROTOCOLS.reply_payload(job, b"body bytes") == b"body bytes"

@@ -1,6 +1,6 @@
 """Which workers are dead, and which jobs have used up their deliveries."""
 
-from sluice_worker.reclaim import dead_workers, exhausted
+from sluice_worker.broker.reclaim import dead_workers, exhausted
 
 
 def test_dead_workers_are_the_others_without_a_heartbeat() -> None:

@@ -9,8 +9,8 @@ import pytest
 import torch
 from sluice.kserve.datatypes import DATATYPES
 from sluice.v1 import kserve_pb2 as pb
-from sluice_worker import v2_codec
-from sluice_worker.v2_codec import CodecError, WireTensor
+from sluice_worker.protocols import kserve_codec
+from sluice_worker.protocols.kserve_codec import CodecError, WireTensor
 
 SAMPLES: dict[str, np.ndarray] = {
     "BOOL": np.array([[True, False, True], [False, False, True]]),
@@ -37,13 +37,13 @@ def _raw_of(datatype: str, array: np.ndarray) -> bytes:
         return b"".join(struct.pack("<I", len(e)) + e for e in array.reshape(-1))
     if datatype == "BF16":
         return (array.astype("<f4").view("<u4") >> 16).astype("<u2").tobytes()
-    return array.astype(v2_codec.NUMPY_DTYPES[datatype]).tobytes()
+    return array.astype(kserve_codec.NUMPY_DTYPES[datatype]).tobytes()
 
 
 @pytest.mark.parametrize("datatype", list(SAMPLES))
 def test_raw_decode_is_little_endian_row_major(datatype: str) -> None:
     expected = SAMPLES[datatype]
-    decoded = v2_codec.from_raw(datatype, (2, 3), _raw_of(datatype, expected))
+    decoded = kserve_codec.from_raw(datatype, (2, 3), _raw_of(datatype, expected))
     assert decoded.shape == (2, 3)
     if datatype == "BF16":
         np.testing.assert_array_equal(decoded, expected.astype(np.float32))
@@ -55,7 +55,7 @@ def test_raw_decode_is_little_endian_row_major(datatype: str) -> None:
 @pytest.mark.parametrize("datatype", list(SAMPLES))
 def test_raw_round_trip(datatype: str) -> None:
     raw = _raw_of(datatype, SAMPLES[datatype])
-    assert v2_codec.to_raw(v2_codec.from_raw(datatype, (2, 3), raw), datatype) == raw
+    assert kserve_codec.to_raw(kserve_codec.from_raw(datatype, (2, 3), raw), datatype) == raw
 
 
 @pytest.mark.parametrize("datatype", TYPED)
@@ -63,74 +63,76 @@ def test_typed_contents_give_the_same_array_as_raw(datatype: str) -> None:
     field = DATATYPES[datatype].contents_field
     assert field is not None
     values = SAMPLES[datatype].reshape(-1).tolist()
-    typed = v2_codec.from_typed(datatype, (2, 3), pb.InferTensorContents(**{field: values}))
-    raw = v2_codec.from_raw(datatype, (2, 3), _raw_of(datatype, SAMPLES[datatype]))
+    typed = kserve_codec.from_typed(datatype, (2, 3), pb.InferTensorContents(**{field: values}))
+    raw = kserve_codec.from_raw(datatype, (2, 3), _raw_of(datatype, SAMPLES[datatype]))
     assert typed.dtype == raw.dtype
     assert typed.tolist() == raw.tolist()
 
 
 def test_narrow_int_contents_keep_the_low_bytes_as_triton_does() -> None:
-    typed = v2_codec.from_typed("INT8", (2,), pb.InferTensorContents(int_contents=[257, -129]))
+    typed = kserve_codec.from_typed("INT8", (2,), pb.InferTensorContents(int_contents=[257, -129]))
     assert typed.tolist() == [1, 127]
 
 
 @pytest.mark.parametrize("datatype", ["FP16", "BF16"])
 def test_half_types_have_no_typed_form(datatype: str) -> None:
     with pytest.raises(CodecError):
-        v2_codec.from_typed(datatype, (1,), pb.InferTensorContents(fp32_contents=[1.0]))
+        kserve_codec.from_typed(datatype, (1,), pb.InferTensorContents(fp32_contents=[1.0]))
 
 
 def test_bf16_rounds_to_nearest_even_like_torch() -> None:
     values = np.array([1.00390625, 1.01171875, -3.14159, 1e-40, np.inf, 65519.0], dtype=np.float32)
-    ours = v2_codec.to_raw(values, "BF16")
+    ours = kserve_codec.to_raw(values, "BF16")
     theirs = torch.from_numpy(values).to(torch.bfloat16).view(torch.int16).numpy().astype("<u2").tobytes()
     assert ours == theirs
-    assert np.isnan(v2_codec.from_raw("BF16", (1,), v2_codec.to_raw(np.array([np.nan]), "BF16")))[0]
+    assert np.isnan(kserve_codec.from_raw("BF16", (1,), kserve_codec.to_raw(np.array([np.nan]), "BF16")))[0]
 
 
 @pytest.mark.parametrize("datatype", list(SAMPLES))
 def test_encode_infers_the_datatype_from_the_array(datatype: str) -> None:
     array = SAMPLES[datatype]
     if datatype == "BF16":
-        tensor = v2_codec.encode("y", torch.from_numpy(array).to(torch.bfloat16))
+        tensor = kserve_codec.encode("y", torch.from_numpy(array).to(torch.bfloat16))
     else:
-        tensor = v2_codec.encode("y", array)
+        tensor = kserve_codec.encode("y", array)
     assert tensor == WireTensor("y", datatype, (2, 3), _raw_of(datatype, array))
 
 
 def test_encode_takes_torch_tensors_strings_and_the_declared_type() -> None:
-    assert v2_codec.encode("y", torch.tensor([1.5, 2.0])).datatype == "FP32"
-    assert v2_codec.encode("y", np.array(["é", "b"])).raw == _raw_of("BYTES", np.array(["é".encode(), b"b"]))
-    declared = v2_codec.encode("y", np.array([1.0, 2.0]), "INT32")
+    assert kserve_codec.encode("y", torch.tensor([1.5, 2.0])).datatype == "FP32"
+    assert kserve_codec.encode("y", np.array(["é", "b"])).raw == _raw_of(
+        "BYTES", np.array(["é".encode(), b"b"])
+    )
+    declared = kserve_codec.encode("y", np.array([1.0, 2.0]), "INT32")
     assert declared == WireTensor("y", "INT32", (2,), np.array([1, 2], dtype="<i4").tobytes())
-    assert v2_codec.encode("y", 3).shape == ()
+    assert kserve_codec.encode("y", 3).shape == ()
     with pytest.raises(CodecError):
-        v2_codec.encode("y", np.array([1 + 2j]))
+        kserve_codec.encode("y", np.array([1 + 2j]))
     with pytest.raises(CodecError):
-        v2_codec.encode("y", np.array([object()], dtype=object), "BYTES")
+        kserve_codec.encode("y", np.array([object()], dtype=object), "BYTES")
 
 
 def test_tensor_sets_round_trip() -> None:
-    packed = v2_codec.tensor_result({"a": SAMPLES["FP32"], "b": SAMPLES["BYTES"]}, {"a": "FP64"})
-    assert packed.startswith(v2_codec.TENSOR_SET_MAGIC)
-    a, b = v2_codec.unpack(packed[len(v2_codec.TENSOR_SET_MAGIC) :])
+    packed = kserve_codec.tensor_result({"a": SAMPLES["FP32"], "b": SAMPLES["BYTES"]}, {"a": "FP64"})
+    assert packed.startswith(kserve_codec.TENSOR_SET_MAGIC)
+    a, b = kserve_codec.unpack(packed[len(kserve_codec.TENSOR_SET_MAGIC) :])
     assert a == WireTensor("a", "FP64", (2, 3), SAMPLES["FP32"].astype("<f8").tobytes())
     assert b.datatype == "BYTES"
-    assert v2_codec.from_raw("BYTES", b.shape, b.raw).tolist() == SAMPLES["BYTES"].tolist()
+    assert kserve_codec.from_raw("BYTES", b.shape, b.raw).tolist() == SAMPLES["BYTES"].tolist()
 
 
 def test_cast_to_a_declared_type() -> None:
-    tensor = v2_codec.encode("y", np.array([1.5, -2.0], dtype=np.float64))
-    assert v2_codec.cast(tensor, "FP32").raw == np.array([1.5, -2.0], dtype="<f4").tobytes()
-    assert v2_codec.cast(tensor, "FP64") is tensor
+    tensor = kserve_codec.encode("y", np.array([1.5, -2.0], dtype=np.float64))
+    assert kserve_codec.cast(tensor, "FP32").raw == np.array([1.5, -2.0], dtype="<f4").tobytes()
+    assert kserve_codec.cast(tensor, "FP64") is tensor
     with pytest.raises(CodecError):
-        v2_codec.cast(tensor, "BYTES")
+        kserve_codec.cast(tensor, "BYTES")
 
 
 @pytest.mark.parametrize("typed", [False, True])
 def test_response_raw_or_typed(typed: bool) -> None:
-    tensors = [v2_codec.encode(n, SAMPLES[n]) for n in TYPED]
-    message = v2_codec.response(tensors, typed=typed)
+    tensors = [kserve_codec.encode(n, SAMPLES[n]) for n in TYPED]
+    message = kserve_codec.response(tensors, typed=typed)
     assert [o.name for o in message.outputs] == TYPED
     if not typed:
         assert list(message.raw_output_contents) == [t.raw for t in tensors]
@@ -144,19 +146,19 @@ def test_response_raw_or_typed(typed: bool) -> None:
 
 
 def test_a_typed_response_with_half_precision_stays_raw() -> None:
-    message = v2_codec.response(
-        [v2_codec.encode("h", SAMPLES["FP16"]), v2_codec.encode("f", SAMPLES["FP32"])], typed=True
+    message = kserve_codec.response(
+        [kserve_codec.encode("h", SAMPLES["FP16"]), kserve_codec.encode("f", SAMPLES["FP32"])], typed=True
     )
     assert len(message.raw_output_contents) == 2
 
 
 def test_json_inputs_are_torchserves_oip_form() -> None:
     tensor = pb.ModelInferRequest.InferInputTensor(name="s", datatype="BYTES", shape=[2, 3])
-    got = v2_codec.json_input(tensor, SAMPLES["BYTES"])
+    got = kserve_codec.json_input(tensor, SAMPLES["BYTES"])
     assert got["shape"] == [2, 3]
     assert got["data"] == ["", "abc", {"b64": "AP8="}, "x" * 300, "y", "z"]
     tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP16", shape=[2, 3])
-    assert v2_codec.json_input(tensor, SAMPLES["FP16"])["data"] == [0.5, -1.0, 65504.0, 7.0, 8.0, 9.0]
+    assert kserve_codec.json_input(tensor, SAMPLES["FP16"])["data"] == [0.5, -1.0, 65504.0, 7.0, 8.0, 9.0]
 
 
 @pytest.mark.parametrize(
@@ -178,7 +180,7 @@ def test_json_inputs_are_torchserves_oip_form() -> None:
 )
 def test_json_outputs(output: dict[str, Any], expected: tuple[Any, ...]) -> None:
     datatype, shape, dtype, values = expected
-    tensor = v2_codec.from_json_output(output)
+    tensor = kserve_codec.from_json_output(output)
     assert (tensor.datatype, tensor.shape) == (datatype, shape)
     if dtype is not None:
         assert tensor.raw == np.array(values, dtype=dtype).tobytes()
@@ -187,9 +189,11 @@ def test_json_outputs(output: dict[str, Any], expected: tuple[Any, ...]) -> None
 
 
 def test_json_bytes_outputs_are_utf8_and_declared_types_win() -> None:
-    tensor = v2_codec.from_json_output({"name": "t", "datatype": "BYTES", "shape": [2], "data": ["hé", ""]})
+    tensor = kserve_codec.from_json_output(
+        {"name": "t", "datatype": "BYTES", "shape": [2], "data": ["hé", ""]}
+    )
     assert tensor.raw == _raw_of("BYTES", np.array(["hé".encode(), b""], dtype=object))
-    tensor = v2_codec.from_json_output(
+    tensor = kserve_codec.from_json_output(
         {"name": "y", "datatype": "FP64", "shape": [1], "data": [2]}, declared="INT16"
     )
     assert tensor == WireTensor("y", "INT16", (1,), np.array([2], dtype="<i2").tobytes())
@@ -201,24 +205,24 @@ ECHOED = [b"hello", "wörld".encode(), b"\xff\x00\x80", b"", b"\x00", b"a\x00", 
 
 def test_bytes_elements_reach_a_json_handler_as_text_or_marked_base64() -> None:
     tensor = pb.ModelInferRequest.InferInputTensor(name="s", datatype="BYTES", shape=[len(ECHOED)])
-    data = v2_codec.json_input(tensor, np.array(ECHOED, dtype=object))["data"]
+    data = kserve_codec.json_input(tensor, np.array(ECHOED, dtype=object))["data"]
     assert data == ["hello", "wörld", {"b64": "/wCA"}, "", "\x00", "a\x00", "🙂", {"b64": "ww=="}]
 
 
 def test_a_json_handler_returning_its_bytes_input_echoes_every_element() -> None:
     array = np.array(ECHOED, dtype=object)
     tensor = pb.ModelInferRequest.InferInputTensor(name="s", datatype="BYTES", shape=[len(ECHOED)])
-    seen = v2_codec.json_input(tensor, array)
+    seen = kserve_codec.json_input(tensor, array)
     # TorchServe serializes the handler's dict with json.dumps; the worker parses it back.
     returned = json.loads(json.dumps({**seen, "name": "out"}, indent=2))
-    assert v2_codec.from_json_output(returned).raw == _raw_of("BYTES", array)
+    assert kserve_codec.from_json_output(returned).raw == _raw_of("BYTES", array)
     # Without a datatype, marked elements are BYTES too.
     untyped = {"name": "out", "data": returned["data"]}
-    assert v2_codec.from_json_output(untyped) == WireTensor("out", "BYTES", (8,), _raw_of("BYTES", array))
+    assert kserve_codec.from_json_output(untyped) == WireTensor("out", "BYTES", (8,), _raw_of("BYTES", array))
 
 
 def test_bytes_output_elements_may_be_str_marked_base64_or_bytes() -> None:
-    tensor = v2_codec.encode("t", np.array(["é", {"b64": "/wCA"}, b"\x00"], dtype=object), "BYTES")
+    tensor = kserve_codec.encode("t", np.array(["é", {"b64": "/wCA"}, b"\x00"], dtype=object), "BYTES")
     assert tensor.raw == _raw_of("BYTES", np.array(["é".encode(), b"\xff\x00\x80", b"\x00"], dtype=object))
 
 
@@ -228,17 +232,17 @@ def test_bytes_output_elements_may_be_str_marked_base64_or_bytes() -> None:
 )
 def test_bad_bytes_output_elements_are_refused(element: Any) -> None:
     with pytest.raises(CodecError):
-        v2_codec.from_json_output({"name": "t", "datatype": "BYTES", "shape": [1], "data": [element]})
+        kserve_codec.from_json_output({"name": "t", "datatype": "BYTES", "shape": [1], "data": [element]})
 
 
 def test_a_list_of_bytes_keeps_trailing_nuls() -> None:
     # np.asarray would make fixed-width |S elements, which drop trailing NULs.
-    tensor = v2_codec.encode("t", [b"a\x00", b"\xff\x00"])
+    tensor = kserve_codec.encode("t", [b"a\x00", b"\xff\x00"])
     assert (tensor.datatype, tensor.raw) == (
         "BYTES",
         _raw_of("BYTES", np.array([b"a\x00", b"\xff\x00"], dtype=object)),
     )
-    tensor = v2_codec.encode("t", ["a\x00"])
+    tensor = kserve_codec.encode("t", ["a\x00"])
     assert tensor.raw == _raw_of("BYTES", np.array([b"a\x00"], dtype=object))
 
 
@@ -252,7 +256,7 @@ def test_a_list_of_bytes_keeps_trailing_nuls() -> None:
 )
 def test_data_that_do_not_fit_the_datatype_are_refused(output: dict[str, Any]) -> None:
     with pytest.raises(CodecError, match="output 'y' has data that are not"):
-        v2_codec.from_json_output(output)
+        kserve_codec.from_json_output(output)
 
 
 @pytest.mark.parametrize(
@@ -265,7 +269,7 @@ def test_data_that_do_not_fit_the_datatype_are_refused(output: dict[str, Any]) -
 )
 def test_malformed_json_outputs_are_refused(output: dict[str, Any]) -> None:
     with pytest.raises(CodecError):
-        v2_codec.from_json_output(output)
+        kserve_codec.from_json_output(output)
 
 
 def test_input_arrays_from_a_request() -> None:
@@ -276,11 +280,11 @@ def test_input_arrays_from_a_request() -> None:
         ],
         raw_input_contents=[_raw_of("FP32", SAMPLES["FP32"]), _raw_of("BYTES", SAMPLES["BYTES"])],
     )
-    (a_meta, a), (b_meta, b) = v2_codec.input_arrays(request)
+    (a_meta, a), (b_meta, b) = kserve_codec.input_arrays(request)
     assert (a_meta.name, b_meta.name) == ("a", "b")
     np.testing.assert_array_equal(a, SAMPLES["FP32"])
     assert b.tolist() == SAMPLES["BYTES"].tolist()
-    assert v2_codec.to_torch(a, "FP32").dtype is torch.float32
-    assert v2_codec.to_torch(
-        v2_codec.from_raw("BF16", (2, 3), _raw_of("BF16", SAMPLES["BF16"])), "BF16"
+    assert kserve_codec.to_torch(a, "FP32").dtype is torch.float32
+    assert kserve_codec.to_torch(
+        kserve_codec.from_raw("BF16", (2, 3), _raw_of("BF16", SAMPLES["BF16"])), "BF16"
     ).dtype is (torch.bfloat16)

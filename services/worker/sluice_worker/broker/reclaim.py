@@ -14,8 +14,8 @@ import redis.asyncio as aioredis
 from sluice import keys
 from sluice.log import get_logger
 
+from sluice_worker.broker.job_stream import DeadLetter, Fields, JobQueue, PendingEntry, decode_entries
 from sluice_worker.delivery import Delivery
-from sluice_worker.job_queue import DeadLetter, Fields, JobQueue, PendingEntry, decode_entries
 from sluice_worker.replies import WORKER_DIED, Outgoing, failure
 
 log = get_logger(__name__)

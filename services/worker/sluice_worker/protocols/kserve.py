@@ -7,7 +7,7 @@ Two handler modes (model-config.yaml ``sluice.tensor_handler``):
   [{"name", "shape", "datatype", "data"}], "parameters"?, "outputs"?}}`` (flat ``data`` lists, content
   type application/json; a BYTES element is a str when it is UTF-8, else ``{"b64": base64}``); the
   handler returns v2 JSON ``{"outputs": [{"name", "datatype", "shape", "data"}]}`` per row, BYTES
-  elements in the same two forms (see :mod:`.v2_codec`), so returning an input unchanged echoes it.
+  elements in the same two forms (see :mod:`.kserve_codec`), so returning an input unchanged echoes it.
 - tensor mode: the row is ``{input name: numpy array | torch tensor}``; the handler returns ``{output
   name: array | tensor}`` per row, packed by :func:`tensor_entry_point` before TorchServe serializes it
   (no JSON round trip).
@@ -19,7 +19,7 @@ model_version filled in. Every job is one row: the batch dimension of a request 
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, TypedDict
+from typing import Any
 
 from google.protobuf.message import DecodeError
 from sluice.envelope import Job
@@ -27,8 +27,9 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.kserve.declaration import ModelTensors
 from sluice.v1 import kserve_pb2 as pb
 
-from sluice_worker import v2_codec
-from sluice_worker.v2_codec import CodecError, WireTensor
+from sluice_worker.protocols import kserve_codec
+from sluice_worker.protocols.base import TsParameter
+from sluice_worker.protocols.kserve_codec import CodecError, WireTensor
 
 BODY = "body"
 JSON_CONTENT_TYPE = "application/json"
@@ -40,14 +41,6 @@ PARAMETERS_HEADER = "sluice_v2_parameters"
 BINARY_DATA_OUTPUT = "binary_data_output"
 
 
-class RowParameter(TypedDict):
-    """One TorchServe request parameter (the same shape as ``protocols.TsParameter``)."""
-
-    name: str
-    contentType: str
-    value: Any
-
-
 def parse_request(job: Job) -> pb.ModelInferRequest:
     try:
         return pb.ModelInferRequest.FromString(job.request)
@@ -56,25 +49,25 @@ def parse_request(job: Job) -> pb.ModelInferRequest:
 
 
 def _parameters(values: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
-    return {key: v2_codec.parameter_value(value) for key, value in values.items()}
+    return {key: kserve_codec.parameter_value(value) for key, value in values.items()}
 
 
-class V2Protocol:
-    """Rows and replies for one model version's declaration."""
+class KServe:
+    """Rows and replies of KServe v2 jobs, for one model version's declaration."""
 
     def __init__(self, tensors: ModelTensors) -> None:
         self._tensors = tensors
 
     # Rows -----------------------------------------------------------------------------------------
-    def row(self, job: Job) -> tuple[list[RowParameter], dict[str, str]]:
+    def row(self, job: Job) -> tuple[list[TsParameter], dict[str, str]]:
         """The job's row as TorchServe request parameters (name, contentType, value), and its extra
         per-row headers."""
         request = parse_request(job)
         return self._parameters(job, request), self._headers(request)
 
-    def _parameters(self, job: Job, request: pb.ModelInferRequest) -> list[RowParameter]:
+    def _parameters(self, job: Job, request: pb.ModelInferRequest) -> list[TsParameter]:
         try:
-            arrays = v2_codec.input_arrays(request)
+            arrays = kserve_codec.input_arrays(request)
         except (CodecError, ValueError) as exc:  # the gateway validated; a bad job is still no crash
             raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid tensor data: {exc}") from exc
         if self._tensors.tensor_handler:
@@ -83,7 +76,7 @@ class V2Protocol:
                 {
                     "name": tensor.name,
                     "contentType": TENSOR_CONTENT_TYPE,
-                    "value": v2_codec.to_torch(array, tensor.datatype) if torch_tensors else array,
+                    "value": kserve_codec.to_torch(array, tensor.datatype) if torch_tensors else array,
                 }
                 for tensor, array in arrays
             ]
@@ -91,7 +84,7 @@ class V2Protocol:
             "id": request.id,
             "model_name": job.model_name,
             "model_version": job.model_version,
-            "inputs": [v2_codec.json_input(tensor, array) for tensor, array in arrays],
+            "inputs": [kserve_codec.json_input(tensor, array) for tensor, array in arrays],
         }
         if request.parameters:
             body["parameters"] = _parameters(request.parameters)
@@ -118,7 +111,7 @@ class V2Protocol:
                 BINARY_DATA_OUTPUT in request.parameters
                 and not request.parameters[BINARY_DATA_OUTPUT].bool_param
             )
-            response = v2_codec.response(selected, typed=typed)
+            response = kserve_codec.response(selected, typed=typed)
         except CodecError as exc:
             raise SluiceError(
                 ErrorCode.HANDLER_FAILED, f"Invalid v2 inference result: {exc}", http_status=500
@@ -129,8 +122,8 @@ class V2Protocol:
         return response.SerializeToString()
 
     def _result_tensors(self, body: bytes) -> list[WireTensor]:
-        if body.startswith(v2_codec.TENSOR_SET_MAGIC):
-            return v2_codec.unpack(body[len(v2_codec.TENSOR_SET_MAGIC) :])
+        if body.startswith(kserve_codec.TENSOR_SET_MAGIC):
+            return kserve_codec.unpack(body[len(kserve_codec.TENSOR_SET_MAGIC) :])
         if not body.strip():
             return []
         try:
@@ -142,7 +135,9 @@ class V2Protocol:
         outputs = document.get("outputs") if isinstance(document, dict) else None
         if not isinstance(outputs, list) or not all(isinstance(item, dict) for item in outputs):
             raise CodecError('expected v2 JSON {"outputs": [{"name", "datatype", "shape", "data"}]}')
-        return [v2_codec.from_json_output(item, self._declared_type(item.get("name"))) for item in outputs]
+        return [
+            kserve_codec.from_json_output(item, self._declared_type(item.get("name"))) for item in outputs
+        ]
 
     def _declared_type(self, name: Any) -> str | None:
         spec = self._tensors.output(name) if isinstance(name, str) else None
@@ -152,7 +147,7 @@ class V2Protocol:
         out = []
         for tensor in tensors:
             declared = self._declared_type(tensor.name)
-            out.append(tensor if declared is None else v2_codec.cast(tensor, declared))
+            out.append(tensor if declared is None else kserve_codec.cast(tensor, declared))
         return out
 
     def _requested(
@@ -185,7 +180,7 @@ class V2Protocol:
             if data is None or not isinstance(result, list):
                 return result
             return [
-                v2_codec.tensor_result(row, declared)
+                kserve_codec.tensor_result(row, declared)
                 if isinstance(row, Mapping) and context.get_request_header(index, TENSOR_ROW_HEADER) == "true"
                 else row
                 for index, row in enumerate(result)

@@ -3,7 +3,7 @@
 import pytest
 from sluice.envelope import Job
 from sluice.errors import SluiceError
-from sluice_worker.rest_request import rest_parameters
+from sluice_worker.protocols.torchserve_rest import rest_parameters
 
 BOUNDARY = "XyZ"
 

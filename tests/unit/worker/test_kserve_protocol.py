@@ -13,8 +13,8 @@ from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.kserve.declaration import ModelTensors, TensorSpec
 from sluice.v1 import kserve_pb2 as pb
-from sluice_worker import protocols, v2_codec
-from sluice_worker.v2_protocol import TENSOR_ROW_HEADER, V2Protocol
+from sluice_worker.protocols import NO_TENSORS, Protocols, kserve_codec
+from sluice_worker.protocols.kserve import TENSOR_ROW_HEADER, KServe
 from ts.service import Service
 
 TENSOR_MODE = ModelTensors(tensor_handler=True)
@@ -42,7 +42,7 @@ def _job(**fields: Any) -> Job:
 
 
 def _rows(job: Job, tensors: ModelTensors) -> tuple[Any, Any]:
-    processors, rows, ids = Service.retrieve_data_for_inference([protocols.handler_request(job, tensors)])
+    processors, rows, ids = Service.retrieve_data_for_inference([Protocols(tensors).handler_request(job)])
     assert ids == {0: "job-1"}
     return processors[0], rows[0]
 
@@ -99,12 +99,12 @@ def test_tensor_rows_hold_arrays(library: str) -> None:
 def test_an_undecodable_request_is_a_client_error() -> None:
     job = Job(job_id="j", protocol=WireProtocol.KSERVE, request=b"\xff\xff")
     with pytest.raises(SluiceError) as caught:
-        protocols.handler_request(job)
+        Protocols().handler_request(job)
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
 
 
-def _response(job: Job, body: bytes, tensors: ModelTensors = protocols.NO_TENSORS) -> pb.ModelInferResponse:
-    return pb.ModelInferResponse.FromString(protocols.reply_payload(job, body, tensors))
+def _response(job: Job, body: bytes, tensors: ModelTensors = NO_TENSORS) -> pb.ModelInferResponse:
+    return pb.ModelInferResponse.FromString(Protocols(tensors).reply_payload(job, body))
 
 
 V2_JSON = json.dumps(
@@ -159,7 +159,7 @@ def test_a_tensor_handler_echoing_bytes_answers_the_same_bytes(library: str) -> 
     job = _bytes_job(typed=False)
     _, row = _rows(job, tensors)
     assert row["s"].tolist() == [ECHOED]
-    response = _response(job, v2_codec.tensor_result({"out": row["s"]}), tensors)
+    response = _response(job, kserve_codec.tensor_result({"out": row["s"]}), tensors)
     assert (
         response.raw_output_contents[0] == pb.ModelInferRequest.FromString(job.request).raw_input_contents[0]
     )
@@ -193,7 +193,7 @@ def test_declared_output_types_win() -> None:
 
 
 def test_a_tensor_set_result() -> None:
-    body = v2_codec.tensor_result({"y": np.arange(3, dtype=np.int16)})
+    body = kserve_codec.tensor_result({"y": np.arange(3, dtype=np.int16)})
     response = _response(_job(), body)
     assert [(o.name, o.datatype, list(o.shape)) for o in response.outputs] == [("y", "INT16", [3])]
     assert response.raw_output_contents[0] == np.arange(3, dtype="<i2").tobytes()
@@ -211,7 +211,7 @@ def test_an_empty_result_has_no_outputs(body: bytes) -> None:
 )
 def test_results_that_are_not_v2_fail_the_job(body: bytes) -> None:
     with pytest.raises(SluiceError) as caught:
-        protocols.reply_payload(_job(), body)
+        Protocols().reply_payload(_job(), body)
     assert caught.value.code is ErrorCode.HANDLER_FAILED
     assert caught.value.http_status == 500
     assert caught.value.message.startswith("Invalid v2 inference result")
@@ -220,7 +220,7 @@ def test_results_that_are_not_v2_fail_the_job(body: bytes) -> None:
 def test_a_requested_output_the_handler_did_not_produce() -> None:
     job = _job(outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="zz")])
     with pytest.raises(SluiceError) as caught:
-        protocols.reply_payload(job, V2_JSON)
+        Protocols().reply_payload(job, V2_JSON)
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
     assert caught.value.message == "unexpected inference output 'zz' for model 'm'"
 
@@ -233,9 +233,9 @@ def test_the_entry_point_wrapper_packs_only_tensor_rows() -> None:
     context = SimpleNamespace(
         get_request_header=lambda idx, key: headers[idx] if key == TENSOR_ROW_HEADER else None
     )
-    wrapped = V2Protocol(TENSOR_MODE).tensor_entry_point(handle)
+    wrapped = KServe(TENSOR_MODE).tensor_entry_point(handle)
     assert wrapped(None, context) is None
     packed, untouched, text = wrapped([{}, {}, {}], context)
-    assert packed.startswith(v2_codec.TENSOR_SET_MAGIC)
+    assert packed.startswith(kserve_codec.TENSOR_SET_MAGIC)
     assert untouched == {"y": [1]}
     assert text == "text"

@@ -15,20 +15,16 @@ import email.message
 import email.utils
 import json
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 from urllib.parse import parse_qsl
 
 from sluice.envelope import Job
 from sluice.errors import ErrorCode, SluiceError
 
+from sluice_worker.protocols.base import TsParameter
+
 OCTET_STREAM = "application/octet-stream"
 BAD_MULTIPART = "Invalid multipart/form-data request."
-
-
-class RestParameter(TypedDict):
-    name: str
-    contentType: str
-    value: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +125,21 @@ def _utf8(text: str) -> str:
     return text.encode("latin-1").decode("utf-8", "replace")
 
 
-def rest_parameters(job: Job, *, decode: bool = True) -> list[RestParameter]:
+class TorchServeRest:
+    """REST /predictions and /explanations: the body split and decoded as TorchServe does (unless
+    ``decode_input_request`` is off); a result is sent as the handler serialized it."""
+
+    def __init__(self, *, decode: bool) -> None:
+        self._decode = decode
+
+    def row(self, job: Job) -> tuple[list[TsParameter], dict[str, str]]:
+        return list(rest_parameters(job, decode=self._decode)), {}
+
+    def payload(self, job: Job, body: bytes) -> bytes:
+        return body
+
+
+def rest_parameters(job: Job, *, decode: bool = True) -> list[TsParameter]:
     """The handler inputs of a TorchServe REST job, in TorchServe's decoded form."""
     content_type = header(job.headers, "content-type")
     return [
