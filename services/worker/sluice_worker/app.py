@@ -9,7 +9,6 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
@@ -23,6 +22,7 @@ from sluice_worker.batch_policy import Batching
 from sluice_worker.broker.job_stream import JobQueue
 from sluice_worker.broker.presence import Presence
 from sluice_worker.broker.reclaim import Reclaimer
+from sluice_worker.broker.redis_source import RedisJobSource
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.model_fetch import FetchError, model_folder
 from sluice_worker.protocols import Protocols
@@ -57,7 +57,7 @@ class _Started:
     worker_id: str
     worker: Worker
     presence: Presence
-    reclaimer: Reclaimer
+    source: RedisJobSource
 
 
 async def _run(
@@ -86,7 +86,7 @@ async def _run(
         started.presence.stop()
         await heartbeat
     await until_done(started.presence.withdraw, "withdraw")
-    await until_done(lambda: started.reclaimer.reap(started.reclaimer.me), "leave the consumer group")
+    await until_done(started.source.leave, "leave the consumer group")
     log.info("worker stopped", exit_code=int(exit_code))
     return exit_code
 
@@ -135,6 +135,7 @@ async def _start(
         max_deliveries=record.max_deliveries,
         min_idle_ms=settings.heartbeat_ttl_ms,
     )
+    source = RedisJobSource(queue, reclaimer)
     presence = Presence(
         redis,
         model,
@@ -153,8 +154,7 @@ async def _start(
         ),
         response_timeout_s=record.response_timeout_s,
         claim_scan_interval_s=settings.claim_scan_interval_s,
-        queue=queue,
-        reclaimer=reclaimer,
+        source=source,
         torch_thread=torch_thread,
         service=service,
         stopping=stop,
@@ -167,12 +167,12 @@ async def _start(
     log.info(
         "worker ready", device=choice.device, batch_size=record.batch_size, policy=record.batch_policy.value
     )
-    return _Started(worker_id, worker, presence, reclaimer)
+    return _Started(worker_id, worker, presence, source)
 
 
 async def _load(
     settings: WorkerSettings, record: VersionRecord, torch_thread: TorchThread
-) -> tuple[Any, device.DeviceChoice] | None:
+) -> tuple[runtime.HandlerService, device.DeviceChoice] | None:
     """The loaded ``ts.service.Service`` and its device, or None (logged) when loading failed."""
     try:
         choice = device.choose_device(settings.gpu_id, *device.probe())

@@ -1,4 +1,4 @@
-"""A job as the worker holds it: the stream entry it came from and which delivery this is."""
+"""A job as the worker holds it: the broker's receipt for it and which delivery this is."""
 
 from dataclasses import dataclass
 
@@ -7,7 +7,8 @@ from sluice.envelope import Job
 
 @dataclass(frozen=True)
 class Delivery:
-    entry_id: bytes
+    # What the broker acknowledges the job by (a stream entry id on Redis); opaque to the loop.
+    receipt: bytes
     job: Job
     # Delivery count of the entry (1 = first delivery); replies carry it as Reply.attempt.
     attempt: int = 1

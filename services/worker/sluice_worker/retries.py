@@ -1,4 +1,4 @@
-"""Waiting out Redis outages (restarts, failovers) instead of crash-looping."""
+"""Waiting out broker outages (Redis restarts, failovers) instead of crash-looping."""
 
 import asyncio
 from collections.abc import Awaitable, Callable
@@ -10,6 +10,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sluice import redis_errors
 from sluice.backoff import Backoff
 from sluice.log import get_logger
+
+from sluice_worker.broker.source import BrokerUnavailable
 
 T = TypeVar("T")
 log = get_logger(__name__)
@@ -24,17 +26,19 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
     redis_errors.RedisDown,
     OSError,
 )
+# What until_done waits out: Redis (or the job source built on it) not answering.
+RETRYABLE: tuple[type[BaseException], ...] = (*REDIS_DOWN, BrokerUnavailable)
 # Any failed command, from either client.
 REDIS_FAILED: tuple[type[BaseException], ...] = (RedisPyError, redis_errors.RedisError)
 
 
 async def until_done(operation: Callable[[], Awaitable[T]], what: str) -> T:
-    """Run ``operation`` until Redis lets it complete; other errors propagate."""
+    """Run ``operation`` until the broker lets it complete; other errors propagate."""
     backoff = Backoff()
     while True:
         try:
             return await operation()
-        except REDIS_DOWN as exc:
+        except RETRYABLE as exc:
             delay_s = backoff.next_delay_s()
             log.warning("Redis unavailable, retrying", what=what, error=str(exc), retry_in_s=delay_s)
             await asyncio.sleep(delay_s)

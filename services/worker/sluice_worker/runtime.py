@@ -5,7 +5,7 @@ thread (:class:`sluice_worker.torch_thread.TorchThread`)."""
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import ts
@@ -35,7 +35,19 @@ class LoadSpec:
     tensors: ModelTensors = NO_TENSORS
 
 
-def load_service(spec: LoadSpec) -> Any:
+class HandlerService(Protocol):
+    """What the worker calls on TorchServe's ``ts.service.Service`` (on the torch thread)."""
+
+    def set_cl_socket(self, cl_socket: Any) -> None:
+        """Where ``send_intermediate_predict_response`` writes (the batch's :class:`ReplySink`)."""
+        ...
+
+    def predict(self, batch: list[TsRequest]) -> bytes | bytearray:
+        """Run the handler on ``batch``; TorchServe's predict-response frame (sluice_worker.frames)."""
+        ...
+
+
+def load_service(spec: LoadSpec) -> HandlerService:
     """A ``ts.service.Service`` with the handler loaded and initialized (``initialize(context)``)."""
     if spec.torch_threads is not None:
         torch.set_num_threads(spec.torch_threads)
@@ -57,10 +69,11 @@ def load_service(spec: LoadSpec) -> Any:
     )
     if spec.tensors.tensor_handler:
         service._entry_point = KServe(spec.tensors).tensor_entry_point(service._entry_point)
-    return service
+    loaded: HandlerService = service
+    return loaded
 
 
-def predict(service: Any, requests: list[TsRequest], sink: ReplySink) -> bytes:
+def predict(service: HandlerService, requests: list[TsRequest], sink: ReplySink) -> bytes:
     """One handler call for a batch; returns TorchServe's predict-response frame."""
     service.set_cl_socket(sink)
     frame = service.predict(requests)

@@ -16,13 +16,12 @@ from sluice.log import get_logger
 
 from sluice_worker import frames, runtime
 from sluice_worker.batch_policy import Batching, Run, is_expired, next_step, split_batches
-from sluice_worker.broker.job_stream import JobQueue
-from sluice_worker.broker.reclaim import Reclaimer
+from sluice_worker.broker.source import BrokerUnavailable, JobSource
 from sluice_worker.delivery import Delivery
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.protocols import Protocols, TsRequest
 from sluice_worker.replies import WORKER_DIED, Outgoing, ReplyBook, failure
-from sluice_worker.retries import REDIS_DOWN, REDIS_FAILED, until_done
+from sluice_worker.retries import until_done
 from sluice_worker.sink import ReplySink
 from sluice_worker.torch_thread import HandlerExit, TorchThread
 
@@ -59,18 +58,16 @@ class Worker:
         batching: Batching,
         response_timeout_s: float,
         claim_scan_interval_s: float,
-        queue: JobQueue,
-        reclaimer: Reclaimer,
+        source: JobSource,
         torch_thread: TorchThread,
-        service: Any,
+        service: runtime.HandlerService,
         stopping: asyncio.Event,
         protocols: Protocols | None = None,
     ) -> None:
         self._batching = batching
         self._response_timeout_s = response_timeout_s
         self._claim_scan_interval_s = claim_scan_interval_s
-        self._queue = queue
-        self._reclaimer = reclaimer
+        self._source = source
         self._torch = torch_thread
         self._service = service
         # Set on SIGTERM: stop reading, finish the jobs in hand.
@@ -136,8 +133,8 @@ class Worker:
         would wait far past ``max_batch_delay``. (A new entry wakes a blocked reader at once; only the
         timeout is coarse, so the idle read keeps blocking.)"""
         try:
-            got = await self._queue.read(count, None if filling else block_ms)
-        except REDIS_FAILED as exc:
+            got = await self._source.read(count, None if filling else block_ms)
+        except BrokerUnavailable as exc:
             delay_s = self._read_backoff.next_delay_s()
             log.warning("reading jobs failed, retrying", error=str(exc), retry_in_s=delay_s)
             await asyncio.sleep(delay_s)
@@ -152,8 +149,8 @@ class Worker:
 
     async def _scan(self, held: list[Delivery]) -> list[Delivery]:
         try:
-            return await self._reclaimer.scan({delivery.entry_id for delivery in held})
-        except REDIS_FAILED as exc:
+            return await self._source.rescue({delivery.receipt for delivery in held})
+        except BrokerUnavailable as exc:
             log.warning("claim scan failed, will retry", error=str(exc))
             return []
 
@@ -174,11 +171,11 @@ class Worker:
             if done or self._stopping.is_set():
                 break
             try:
-                new = await self._queue.read(self._batching.batch_size - len(got), None)
-            except REDIS_FAILED:
+                new = await self._source.read(self._batching.batch_size - len(got), None)
+            except BrokerUnavailable:
                 break
             for delivery in new:
-                self._prepared[delivery.entry_id] = self._handler_request(delivery)
+                self._prepared[delivery.receipt] = self._handler_request(delivery)
             got += new
             poll_s = min(poll_s * 2, PREFETCH_MAX_POLL_S)
         return got
@@ -203,12 +200,12 @@ class Worker:
     async def _run(self, batch: list[Delivery], *, prefetch: bool) -> tuple[ExitCode | None, list[Delivery]]:
         """One handler call for ``batch`` (minus skipped jobs), then replies and acks in one pipeline.
         With ``prefetch``, also the jobs read for the next batch meanwhile."""
-        prepared = {delivery.entry_id: self._prepared.pop(delivery.entry_id, None) for delivery in batch}
+        prepared = {delivery.receipt: self._prepared.pop(delivery.receipt, None) for delivery in batch}
         live, outgoing = await self._screen(batch)
         requests: list[TsRequest] = []
         runnable: list[Delivery] = []
         for delivery in live:
-            built = prepared[delivery.entry_id] or self._handler_request(delivery)
+            built = prepared[delivery.receipt] or self._handler_request(delivery)
             if isinstance(built, SluiceError):
                 outgoing.append(failure(delivery, built))
             else:
@@ -224,9 +221,8 @@ class Worker:
                 results, exit_code = await call
             self._call_time_s += CALL_TIME_WEIGHT * (self._torch.last_call_s - self._call_time_s)
             outgoing += results
-        entry_ids = [delivery.entry_id for delivery in batch]
         batch_size = len(runnable)
-        self._finish(lambda: self._queue.finish(outgoing, entry_ids, batch_size=batch_size))
+        self._finish(lambda: self._source.finish(outgoing, batch, batch_size=batch_size))
         return exit_code, prefetched
 
     def _finish(self, send: Callable[[], Awaitable[None]]) -> None:
@@ -241,7 +237,7 @@ class Worker:
         for sent, send in unconfirmed:
             try:
                 await sent
-            except REDIS_DOWN:
+            except BrokerUnavailable:
                 await until_done(send, "reply and ack")
 
     async def _screen(self, batch: list[Delivery]) -> tuple[list[Delivery], list[Outgoing]]:
@@ -250,7 +246,7 @@ class Worker:
         outgoing = [failure(d, DEADLINE_PASSED) for d in batch if is_expired(d.job.deadline_unix_ms, now_ms)]
         current = [d for d in batch if not is_expired(d.job.deadline_unix_ms, now_ms)]
         waited = [d for d in current if now_ms - d.job.enqueued_unix_ms >= CANCEL_CHECK_AFTER_MS]
-        flags = await until_done(lambda: self._queue.cancelled(waited), "cancel check") if waited else []
+        flags = await until_done(lambda: self._source.cancelled(waited), "cancel check") if waited else []
         cancelled = {d.job_id for d, flag in zip(waited, flags, strict=True) if flag}
         outgoing += [failure(d, CANCELLED) for d in waited if d.job_id in cancelled]
         for reply in outgoing:
@@ -291,7 +287,7 @@ class Worker:
             sink.close()
 
     async def _publish(self, outgoing: Sequence[Outgoing]) -> None:
-        await until_done(lambda: self._queue.publish(outgoing), "intermediate reply")
+        await until_done(lambda: self._source.publish(outgoing), "intermediate reply")
 
 
 def _request_ids(deliveries: list[Delivery]) -> dict[str, object]:

@@ -77,7 +77,7 @@ def test_policy_invariants_over_the_grid() -> None:
 
 
 def _delivery(name: str, streaming: bool = False) -> Delivery:
-    return Delivery(entry_id=name.encode(), job=Job(job_id=name, streaming=streaming))
+    return Delivery(receipt=name.encode(), job=Job(job_id=name, streaming=streaming))
 
 
 def _names(batches: list[list[Delivery]]) -> list[list[str]]:

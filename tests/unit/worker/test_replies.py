@@ -12,7 +12,7 @@ REPLY_TO = "sluice:{gw:g}:replies"
 
 def _delivery(job_id: str, streaming: bool = False, attempt: int = 1) -> Delivery:
     job = Job(job_id=job_id, protocol=WireProtocol.TORCHSERVE_GRPC, reply_to=REPLY_TO, streaming=streaming)
-    return Delivery(entry_id=job_id.encode(), job=job, attempt=attempt)
+    return Delivery(receipt=job_id.encode(), job=job, attempt=attempt)
 
 
 def _frame(code: int, *rows: tuple[str, bytes], message: str = "m") -> PredictFrame:

@@ -197,7 +197,7 @@ def decode_entries(
             log.error("dropping undecodable job entry", entry_id=entry_id.decode(), error=str(exc))
             poison.append(DeadLetter(entry_id, fields or {}, "undecodable", count))
             continue
-        accepted.append(Delivery(entry_id=entry_id, job=job, attempt=count))
+        accepted.append(Delivery(receipt=entry_id, job=job, attempt=count))
     return accepted, poison
 
 

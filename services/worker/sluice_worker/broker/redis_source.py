@@ -1,0 +1,50 @@
+"""The worker's :class:`~.source.JobSource` on Redis: the version's job stream read through its
+consumer group (:mod:`.job_stream`) and the claim scan for dead workers' jobs (:mod:`.reclaim`).
+Redis failures leave as :class:`~.source.BrokerUnavailable`."""
+
+from collections.abc import Awaitable, Coroutine, Sequence, Set
+from typing import Any, TypeVar
+
+from sluice_worker.broker.job_stream import JobQueue
+from sluice_worker.broker.reclaim import Reclaimer
+from sluice_worker.broker.source import BrokerUnavailable
+from sluice_worker.delivery import Delivery
+from sluice_worker.replies import Outgoing
+from sluice_worker.retries import REDIS_FAILED
+
+T = TypeVar("T")
+
+
+async def _mapped(pending: Awaitable[T]) -> T:
+    try:
+        return await pending
+    except REDIS_FAILED as exc:
+        raise BrokerUnavailable(str(exc)) from exc
+
+
+class RedisJobSource:
+    def __init__(self, stream: JobQueue, reclaimer: Reclaimer) -> None:
+        self._stream = stream
+        self._reclaimer = reclaimer
+
+    async def read(self, count: int, block_ms: int | None) -> list[Delivery]:
+        return await _mapped(self._stream.read(count, block_ms))
+
+    async def rescue(self, held: Set[bytes]) -> list[Delivery]:
+        return await _mapped(self._reclaimer.scan(held))
+
+    async def cancelled(self, deliveries: Sequence[Delivery]) -> list[bool]:
+        return await _mapped(self._stream.cancelled(deliveries))
+
+    async def publish(self, outgoing: Sequence[Outgoing]) -> None:
+        await _mapped(self._stream.publish(outgoing))
+
+    def finish(
+        self, outgoing: Sequence[Outgoing], done: Sequence[Delivery], *, batch_size: int = 0
+    ) -> Coroutine[Any, Any, None]:
+        # Sent now (in this loop turn's write); only the answers are awaited later.
+        sent = self._stream.finish(outgoing, [d.receipt for d in done], batch_size=batch_size)
+        return _mapped(sent)
+
+    async def leave(self) -> None:
+        await _mapped(self._reclaimer.reap(self._reclaimer.me))
