@@ -48,15 +48,17 @@ def ready_workers(client: "redis.Redis", model: str, version: str) -> int:
     )
 
 
-def restart_failures(client: "redis.Redis", model: str, version: str) -> int:
-    # The manager's restart streak: JSON {"failures": n, ...} (see sluice_manager.supervision.worker_state).
+def restart_streak(client: "redis.Redis", model: str, version: str) -> tuple[int, str]:
+    """(consecutive failures, the log of the worker that failed last) from the manager's restart
+    streak: JSON {"failures": n, "last_failure_log": path, ...} (sluice_manager.supervision.worker_state)."""
     raw = client.hget(keys.RESTARTS, f"{model}:{version}")
     if raw is None:
-        return 0
+        return 0, ""
     try:
-        return int(json.loads(raw).get("failures", 0))
+        streak = json.loads(raw)
+        return int(streak.get("failures", 0)), str(streak.get("last_failure_log") or "")
     except (ValueError, AttributeError):
-        return 0
+        return 0, ""
 
 
 def model_statuses(client: "redis.Redis", report: StartupReport, logs_dir: Path) -> list[ModelStatus]:
@@ -131,12 +133,14 @@ def _startup_timeout(client: "redis.Redis", model: str, version: str) -> int:
 
 def _fail_on_crash_loop(client: "redis.Redis", statuses: list[ModelStatus]) -> None:
     for status in statuses:
-        if not status.ready and restart_failures(client, status.model_name, status.version) >= (
-            FAILURES_BEFORE_GIVING_UP
-        ):
+        if status.ready:
+            continue
+        failures, failed_log = restart_streak(client, status.model_name, status.version)
+        if failures >= FAILURES_BEFORE_GIVING_UP:
+            # The log of the worker that failed, not the newest one: its replacement may be loading.
+            logs = [Path(failed_log)] if failed_log else status.worker_logs[-1:]
             raise StartFailed(
-                f"the workers of model {status.model_name} {status.version} keep failing to start",
-                status.worker_logs[-1:],
+                f"the workers of model {status.model_name} {status.version} keep failing to start", logs
             )
 
 

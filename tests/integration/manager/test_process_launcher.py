@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 from sluice.worker_standby import STANDBY_FLAG
-from sluice_manager.supervision.launchers.base import Launcher, RunState, WorkerSpec
-from sluice_manager.supervision.launchers.process import LOG_PATH, MARKER, START_TIME, ProcessLauncher
+from sluice_manager.supervision.launchers.base import LOG_PATH, Launcher, RunState, WorkerSpec
+from sluice_manager.supervision.launchers.process import MARKER, START_TIME, ProcessLauncher
 from sluice_manager.supervision.launchers.standby import Standby
 
 from tests.support.eventually import eventually

@@ -17,6 +17,7 @@ from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
 from sluice_manager.supervision import autoscale
 from sluice_manager.supervision.autoscale import Signal, scaling_settings
 from sluice_manager.supervision.launchers.base import (
+    LOG_PATH,
     Capacity,
     ContainerLimits,
     Launcher,
@@ -154,7 +155,9 @@ class Reconciler:
         if record.stop_requested_unix_ms:
             bound.info("worker stopped", exit_code=ended.exit_code)
         else:
-            streak = await self.store.record_failure(record.model_name, record.version)
+            streak = await self.store.record_failure(
+                record.model_name, record.version, record.details.get(LOG_PATH, "")
+            )
             bound.warning("worker exited unexpectedly", exit_code=ended.exit_code, reason=ended.reason,
                           failures=streak.failures, **record.details)  # fmt: skip
 

@@ -41,6 +41,9 @@ class RestartStreak(BaseModel):
     failures: int = 0
     first_failure_unix_ms: int = 0
     last_failure_unix_ms: int = 0
+    # The log of the worker that failed last ("" when its launcher keeps no log file): what
+    # `sluice start` shows when a startup model's workers keep failing.
+    last_failure_log: str = ""
 
 
 def _text(value: bytes | str) -> str:
@@ -142,13 +145,14 @@ class WorkerStateStore:
         raw = await self.redis.hget(keys.RESTARTS, _version_field(model, version))
         return RestartStreak() if raw is None else RestartStreak.model_validate_json(raw)
 
-    async def record_failure(self, model: str, version: str) -> RestartStreak:
+    async def record_failure(self, model: str, version: str, log_path: str = "") -> RestartStreak:
         streak = await self.restart_streak(model, version)
         now_ms = int(time.time() * 1000)
         updated = RestartStreak(
             failures=streak.failures + 1,
             first_failure_unix_ms=streak.first_failure_unix_ms or now_ms,
             last_failure_unix_ms=now_ms,
+            last_failure_log=log_path,
         )
         await self.redis.hset(keys.RESTARTS, _version_field(model, version), updated.model_dump_json())
         return updated

@@ -66,8 +66,10 @@ class WorkerSpec:
         return args
 
 
-# A detail every container launcher records: the container's short id (Describe shows it).
+# Details launchers record where they apply: a container's short id (Describe shows it), and the
+# file a worker's output goes to (`sluice start` shows its tail when a startup model fails).
 CONTAINER = "container"
+LOG_PATH = "log_path"
 
 
 class LaunchRecord(BaseModel):

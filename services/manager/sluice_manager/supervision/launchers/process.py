@@ -29,6 +29,7 @@ from sluice.log import get_logger
 
 from sluice_manager.supervision.launchers import local_process
 from sluice_manager.supervision.launchers.base import (
+    LOG_PATH,
     Capacity,
     LaunchRecord,
     RunState,
@@ -45,7 +46,6 @@ NAME = "process"
 # Details of a process worker's launch record.
 START_TIME = "process_start_time"
 MARKER = "marker"
-LOG_PATH = "log_path"
 
 
 @dataclass
