@@ -192,7 +192,9 @@ class DataPlane:
             # Cancelled (or failed) mid-enqueue: the job may be queued, so flag it as well.
             self._release(pending, True)
             raise
-        if admission is not _ADMITTED:
+        if admission is Admission.ADMITTED_COLD:
+            pending.cold = True
+        elif admission is not _ADMITTED:
             self._replies.forget(job_id)
             if admission is Admission.VERSION_GONE:
                 return None

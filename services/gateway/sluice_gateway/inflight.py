@@ -28,6 +28,7 @@ class PendingJob:
         "_release",
         "_timer",
         "_waiter",
+        "cold",
         "created_ns",
         "deadline_ms",
         "enqueued_unix_ms",
@@ -67,6 +68,8 @@ class PendingJob:
         self.started_unix_ms = 0
         self.succeeded = False
         self.created_ns = time.monotonic_ns()
+        # Admitted while the version ran no worker: it waited for one to start (metrics).
+        self.cold = False
 
     def arm(self, loop: asyncio.AbstractEventLoop, expires_at: float) -> None:
         """Fail the wait with DEADLINE_EXCEEDED at loop time ``expires_at``."""

@@ -80,6 +80,7 @@ def reconciler_config(settings: ManagerSettings) -> ReconcilerConfig:
         timing=Timing(settings.heartbeat_grace_s, settings.worker_stop_timeout_s),
         reconcile_interval_s=settings.reconcile_interval_s,
         default_limits=ContainerLimits(cpus=settings.worker_cpus, memory_bytes=settings.worker_memory_bytes),
+        worker_slots=settings.worker_slots,
     )
 
 

@@ -72,6 +72,7 @@ class ManagerSettings(AuthSettings):
         "sluice_worker_module": "worker_module",
         "sluice_worker_standby": "worker_standby",
         "sluice_reconcile_interval_s": "reconcile_interval_s",
+        "sluice_worker_slots": "worker_slots",
         "sluice_heartbeat_grace_s": "heartbeat_grace_s",
         "sluice_lease_ttl_s": "lease_ttl_s",
         "sluice_worker_stop_timeout_s": "worker_stop_timeout_s",
@@ -155,6 +156,9 @@ class ManagerSettings(AuthSettings):
     # then accept --standby (sluice.worker_standby).
     worker_standby: bool = True
     reconcile_interval_s: PositiveFloat = 1.0
+    # Workers the launcher's host may run in all: the autoscaler never goes past it (beside each
+    # version's maxWorkers). 0: twice the cores the launcher reports.
+    worker_slots: NonNegativeInt = 0
     # A READY worker whose heartbeat key has been gone this long while its process runs is killed.
     heartbeat_grace_s: NonNegativeFloat = 2.0
     lease_ttl_s: PositiveFloat = 10.0

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
 
 STATE_FIELD = "state"
 QUEUE_SIZE_FIELD = "job_queue_size"
+# "1" when the version may run no worker and start one for a request (minWorkers 0, maxWorkers > 0):
+# gateways then admit jobs while no worker runs (the enqueue scripts read it).
+SCALE_FROM_ZERO_FIELD = "scale_from_zero"
+
+
+def _scales_from_zero(record: VersionRecord) -> str:
+    return "1" if record.min_workers == 0 and record.max_workers > 0 else "0"
 
 
 class RegistryStore:
@@ -66,6 +73,7 @@ class RegistryStore:
                     registry.RECORD_FIELD: record.to_json(),
                     STATE_FIELD: VersionState.ACTIVE.value,
                     QUEUE_SIZE_FIELD: record.job_queue_size,
+                    SCALE_FROM_ZERO_FIELD: _scales_from_zero(record),
                 },
             )
             registered_ms = record.registered_unix_ms or int(time.time() * 1000)
@@ -82,7 +90,13 @@ class RegistryStore:
         """Replace an existing version's record (new worker counts, say); announces ``kind``."""
         model, version = record.model_name, record.version
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.version_config(model, version), registry.RECORD_FIELD, record.to_json())
+            pipe.hset(
+                keys.version_config(model, version),
+                mapping={
+                    registry.RECORD_FIELD: record.to_json(),
+                    SCALE_FROM_ZERO_FIELD: _scales_from_zero(record),
+                },
+            )
             pipe.publish(keys.EVENTS_CHANNEL, event(kind, model, version))
             await pipe.execute()
 

@@ -70,6 +70,34 @@ async def test_an_unknown_or_retired_version_is_gone_and_no_stream_is_made(
 
 
 @JOBS
+async def test_a_version_that_scales_from_zero_admits_without_workers_and_asks_for_one(
+    queue: RedisJobAdmission, redis_client: aioredis.Redis, job: bytes
+) -> None:
+    await register(redis_client, min_workers=0, max_workers=2)
+    async with redis_client.pubsub() as events:
+        await events.subscribe(keys.EVENTS_CHANNEL)
+        assert await events.get_message(timeout=5.0) is not None  # subscribed before the enqueue
+        assert await queue.enqueue(MODEL, VERSION, job) is Admission.ADMITTED_COLD
+        demand = await events.get_message(ignore_subscribe_messages=True, timeout=5.0)
+    assert demand is not None
+    assert b'"demand"' in demand["data"]
+    assert STREAM.encode() in demand["data"]
+    assert await queued(redis_client) == [job]
+    await add_worker(redis_client)
+    assert await queue.enqueue(MODEL, VERSION, job) is Admission.ADMITTED, "a worker runs: no longer cold"
+
+
+@JOBS
+async def test_the_queue_bound_holds_for_a_version_without_workers(
+    queue: RedisJobAdmission, redis_client: aioredis.Redis, job: bytes
+) -> None:
+    await register(redis_client, min_workers=0, max_workers=1, job_queue_size=1)
+    assert await queue.enqueue(MODEL, VERSION, job) is Admission.ADMITTED_COLD
+    assert await queue.enqueue(MODEL, VERSION, job) is Admission.QUEUE_FULL
+    assert await queued(redis_client) == [job]
+
+
+@JOBS
 async def test_a_version_without_workers_refuses_and_no_stream_is_made(
     queue: RedisJobAdmission, redis_client: aioredis.Redis, job: bytes
 ) -> None:

@@ -79,12 +79,16 @@ async def test_cluster_gauges_read_from_redis(  # type: ignore[no-untyped-def]
     await responder(answer, version="1.0")
     await redis_client.xadd(keys.job_stream("echo", "2.0"), {"m": b"queued"})
     await redis_client.hset(keys.batch_sizes("echo", "1.0"), mapping={"1": 3, "4": 2})
+    # The manager's autoscaler state, as it keeps it (only version 1.0 has been looked at).
+    await redis_client.hset(keys.SCALING, "echo:1.0", '{"desired": 3, "changed_at_s": null}')
     text = await scrape(metrics_http)
     one, two = 'model_name="echo",model_version="1.0",', 'model_name="echo",model_version="2.0",'
     assert f"sluice_queue_depth{{{two}}} 1.0\n" in text
     assert f"sluice_queue_depth{{{one}}} 0.0\n" in text
     assert f"sluice_workers{{{one}}} 1.0\n" in text
     assert f"sluice_workers{{{two}}} 0.0\n" in text
+    assert f"sluice_desired_workers{{{one}}} 3.0\n" in text
+    assert "sluice_desired_workers{" + two not in text
     assert "# TYPE sluice_batch_size histogram\n" in text
     assert f'sluice_batch_size_bucket{{{one}le="1.0",}} 3.0\n' in text
     assert f'sluice_batch_size_bucket{{{one}le="2.0",}} 3.0\n' in text

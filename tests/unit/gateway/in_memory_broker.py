@@ -17,6 +17,8 @@ from sluice_gateway.waiters import ReplyWaiters, StreamWaiter, UnaryWaiter
 class Version:
     workers: int = 1
     queue_size: int = 100
+    # Admits jobs while no worker runs (minWorkers 0): the manager starts one.
+    scales_from_zero: bool = False
     queued: list[Job] = field(default_factory=list)
 
 
@@ -55,13 +57,13 @@ class InMemoryAdmission:
             return Admission.VERSION_GONE
         if target is None:
             return Admission.VERSION_GONE
-        if target.workers == 0:
+        if target.workers == 0 and not target.scales_from_zero:
             return Admission.NO_WORKER
         if len(target.queued) >= target.queue_size:
             return Admission.QUEUE_FULL
         target.queued.append(decode_job(job))
         self.enqueued.set()
-        return Admission.ADMITTED
+        return Admission.ADMITTED_COLD if target.workers == 0 else Admission.ADMITTED
 
     def cancel(self, model: str, version: str, job_id: str, ttl_ms: int) -> None:
         self.cancelled.append(CancelFlag(model, version, job_id, ttl_ms))

@@ -111,6 +111,15 @@ async def test_a_version_without_workers_is_refused() -> None:
     assert setup.observer.requests == [("echo", "")]  # a request for a model that exists
 
 
+async def test_a_version_that_scales_from_zero_takes_the_job_and_marks_it_cold() -> None:
+    setup = Setup()
+    setup.version.workers = 0
+    setup.version.scales_from_zero = True
+    reply = await answered(setup, lambda: setup.plane.infer(call()), final=True, payload=b"out")
+    assert reply.payload == b"out"
+    assert [(j.succeeded, j.cold) for j in setup.observer.done] == [(True, True)]
+
+
 async def test_a_full_queue_is_refused() -> None:
     setup = Setup()
     setup.version.queue_size = 1

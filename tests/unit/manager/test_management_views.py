@@ -21,6 +21,8 @@ DESCRIBE_ORDER = [
     "parallelType", "parallelLevel", "deviceType", "continuousBatching", "useJobTicket", "useVenv",
     "stateful", "sequenceMaxIdleMSec", "sequenceTimeoutMSec", "maxNumSequence", "maxSequenceJobQueueSize",
     "loadedAtStartup", "workers", "jobQueueStatus",
+    # Sluice's additions, after TorchServe's fields.
+    "autoscaling",
 ]  # fmt: skip
 
 
@@ -75,6 +77,15 @@ def test_describe_entry_order_and_values() -> None:
     }  # fmt: skip
     assert entry["workers"][1]["status"] == "UNLOADING"
     assert (entry["minWorkers"], entry["maxWorkers"], entry["deviceType"]) == (2, 3, "cpu")
+    assert entry["autoscaling"] == {
+        "desiredWorkers": 2, "targetJobsPerWorker": 2.0, "scaleUpAfterMSec": 2000,
+        "scaleDownAfterMSec": 60000, "scaleCooldownMSec": 10000,
+    }  # fmt: skip
+
+
+def test_describe_shows_the_autoscalers_choice() -> None:
+    view = VersionView(record(min_workers=1, max_workers=4), (), pending_jobs=9, desired_workers=3)
+    assert describe_json(view)["autoscaling"]["desiredWorkers"] == 3
 
 
 def test_describe_customized_metadata_comes_last() -> None:

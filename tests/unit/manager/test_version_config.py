@@ -135,7 +135,15 @@ def test_yaml_workers_win_when_valid() -> None:
     assert (r.min_workers, r.max_workers) == (2, 3)
 
 
-@pytest.mark.parametrize("yaml", [{"minWorkers": 0, "maxWorkers": 3}, {"minWorkers": 3, "maxWorkers": 2}, {}])
+@pytest.mark.parametrize(
+    "yaml",
+    [
+        {"minWorkers": 0, "maxWorkers": 0},
+        {"minWorkers": -1, "maxWorkers": 3},
+        {"minWorkers": 3, "maxWorkers": 2},
+        {},
+    ],
+)
 def test_invalid_yaml_workers_are_ignored(yaml: dict[str, int]) -> None:
     r = record(RegisterOptions(url="m.mar", at_startup=True), yaml)
     assert (r.min_workers, r.max_workers) == (1, 1)
@@ -265,3 +273,13 @@ def test_autoscaling_keys_and_their_defaults() -> None:
     assert (tuned.scale_down_after_ms, tuned.scale_cooldown_ms) == (5000, 0)
     with pytest.raises(SluiceError, match="targetJobsPerWorker must be a positive number"):
         record(yaml={"targetJobsPerWorker": 0})
+
+
+def test_min_workers_zero_with_a_maximum_scales_from_zero() -> None:
+    assert (lambda r: (r.min_workers, r.max_workers))(record(yaml={"minWorkers": 0, "maxWorkers": 2})) == (
+        0,
+        2,
+    )
+    # Without room above zero the yaml's range is ignored, as TorchServe ignores minWorkers 0.
+    ignored = record(yaml={"minWorkers": 0, "maxWorkers": 0})
+    assert (ignored.min_workers, ignored.max_workers) == (0, 0)

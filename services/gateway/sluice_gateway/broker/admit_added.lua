@@ -4,20 +4,29 @@
 -- job's: a refused job is deleted before any reader can take it (a reader blocked on the stream
 -- wakes with an empty read), and so is the stream if the XADD created it.
 -- KEYS[1] version config hash, KEYS[2] workers hash, KEYS[3] job stream
--- Returns ADMITTED, or NOT_FOUND / NO_WORKER / QUEUE_FULL.
+-- ARGV[1] the registry events channel
+-- Returns ADMITTED, COLD (admitted while no worker runs), or NOT_FOUND / NO_WORKER / QUEUE_FULL.
 local refusal
+local cold = false
 if redis.call('HGET', KEYS[1], 'state') ~= 'active' then
   refusal = 'NOT_FOUND'
-elseif redis.call('HLEN', KEYS[2]) == 0 then
-  refusal = 'NO_WORKER'
 else
-  -- XLEN counts this job: refuse it when the stream already held `limit` jobs.
-  local limit = tonumber(redis.call('HGET', KEYS[1], 'job_queue_size'))
-  if limit ~= nil and redis.call('XLEN', KEYS[3]) > limit then
-    refusal = 'QUEUE_FULL'
+  cold = redis.call('HLEN', KEYS[2]) == 0
+  if cold and redis.call('HGET', KEYS[1], 'scale_from_zero') ~= '1' then
+    refusal = 'NO_WORKER'
+  else
+    -- XLEN counts this job: refuse it when the stream already held `limit` jobs.
+    local limit = tonumber(redis.call('HGET', KEYS[1], 'job_queue_size'))
+    if limit ~= nil and redis.call('XLEN', KEYS[3]) > limit then
+      refusal = 'QUEUE_FULL'
+    end
   end
 end
 if refusal == nil then
+  if cold then
+    redis.call('PUBLISH', ARGV[1], '{"kind": "demand", "stream": "' .. KEYS[3] .. '"}')
+    return 'COLD'
+  end
   return 'ADMITTED'
 end
 local newest = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)

@@ -1,11 +1,13 @@
 -- Admit one job to a model version's job stream, atomically (all keys share the version's hash tag).
 -- KEYS[1] version config hash, KEYS[2] workers hash, KEYS[3] job stream
--- ARGV[1] the encoded Job
--- Returns the new entry id, or NOT_FOUND / NO_WORKER / QUEUE_FULL.
+-- ARGV[1] the encoded Job, ARGV[2] the registry events channel
+-- Returns the new entry id, COLD (admitted while no worker runs: a version that scales from zero,
+-- whose manager is told at once), or NOT_FOUND / NO_WORKER / QUEUE_FULL.
 if redis.call('HGET', KEYS[1], 'state') ~= 'active' then
   return 'NOT_FOUND'
 end
-if redis.call('HLEN', KEYS[2]) == 0 then
+local cold = redis.call('HLEN', KEYS[2]) == 0
+if cold and redis.call('HGET', KEYS[1], 'scale_from_zero') ~= '1' then
   return 'NO_WORKER'
 end
 -- Acked jobs are deleted, so XLEN counts queued plus in-flight jobs.
@@ -13,4 +15,9 @@ local limit = tonumber(redis.call('HGET', KEYS[1], 'job_queue_size'))
 if limit ~= nil and redis.call('XLEN', KEYS[3]) >= limit then
   return 'QUEUE_FULL'
 end
-return redis.call('XADD', KEYS[3], '*', 'm', ARGV[1])
+local id = redis.call('XADD', KEYS[3], '*', 'm', ARGV[1])
+if cold then
+  redis.call('PUBLISH', ARGV[2], '{"kind": "demand", "stream": "' .. KEYS[3] .. '"}')
+  return 'COLD'
+end
+return id

@@ -24,6 +24,8 @@ class Admission(enum.Enum):
     """The outcome of an enqueue."""
 
     ADMITTED = "admitted"
+    # Admitted while the version runs no worker (it scales from zero): the job waits for one to start.
+    ADMITTED_COLD = "admitted_cold"
     # The version is not (or no longer) active: the caller's view of the registry was stale.
     VERSION_GONE = "version_gone"
     NO_WORKER = "no_worker"

@@ -5,6 +5,9 @@
   queue (TorchServe counts after the model lookup, before the queue).
 - ``ts_inference_latency_microseconds``: admission to the final successful reply.
 - ``ts_queue_latency_microseconds``: admission to the moment a worker started the job.
+- ``sluice_cold_start_requests_total`` and ``sluice_cold_start_wait_microseconds``: requests admitted
+  while their version ran no worker (it scales from zero), and their time until a worker started
+  them: the cost of a cold start as clients see it.
 
 ``model_version`` is the version the client named, ``"default"`` when it named none.
 """
@@ -22,11 +25,14 @@ _FAMILIES = (
     ("ts_inference_requests_total", "Count"),
     ("ts_inference_latency_microseconds", "Microseconds"),
     ("ts_queue_latency_microseconds", "Microseconds"),
+    ("sluice_cold_start_requests_total", "Count"),
+    ("sluice_cold_start_wait_microseconds", "Microseconds"),
 )
 
 
-def _help(unit: str) -> str:
-    return f"Torchserve prometheus counter metric with unit: {unit}"
+def _help(name: str, unit: str) -> str:
+    owner = "Sluice" if name.startswith("sluice_") else "Torchserve prometheus"
+    return f"{owner} counter metric with unit: {unit}"
 
 
 class InferenceMetrics:
@@ -48,6 +54,9 @@ class InferenceMetrics:
         if job.started_unix_ms and job.enqueued_unix_ms:
             queued_us = max(job.started_unix_ms - job.enqueued_unix_ms, 0) * 1000.0
             self._values["ts_queue_latency_microseconds"][key] += queued_us
+            if job.cold:
+                self._values["sluice_cold_start_requests_total"][key] += 1
+                self._values["sluice_cold_start_wait_microseconds"][key] += queued_us
 
     def families(self) -> list[MetricFamily]:
         out = []
@@ -60,5 +69,5 @@ class InferenceMetrics:
                 )
                 for (model, version), value in sorted(self._values[name].items())
             ]
-            out.append(MetricFamily(name, "counter", _help(unit), samples))
+            out.append(MetricFamily(name, "counter", _help(name, unit), samples))
         return out

@@ -38,6 +38,8 @@ class VersionView:
     workers: tuple[WorkerView, ...]
     # XLEN of the job stream: queued plus in-flight jobs.
     pending_jobs: int
+    # The workers the autoscaler wants now (None before the manager looked at the version).
+    desired_workers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,14 @@ def describe_json(view: VersionView, customized: Json | None = None) -> Json:
         "jobQueueStatus": {
             "remainingCapacity": max(0, record.job_queue_size - view.pending_jobs),
             "pendingRequests": view.pending_jobs,
+        },
+        # Sluice's addition: autoscaling between minWorkers and maxWorkers.
+        "autoscaling": {
+            "desiredWorkers": record.min_workers if view.desired_workers is None else view.desired_workers,
+            "targetJobsPerWorker": record.target_jobs_per_worker,
+            "scaleUpAfterMSec": record.scale_up_after_ms,
+            "scaleDownAfterMSec": record.scale_down_after_ms,
+            "scaleCooldownMSec": record.scale_cooldown_ms,
         },
     }
     if customized is not None:

@@ -82,7 +82,9 @@ async def version_view(
     announced = await stores.workers.announced(model, version)
     usage = await measure(mine)
     pending = await stores.jobs.count(model, version)
-    return VersionView(record, worker_views(mine, announced, usage), pending)
+    scaling = await stores.workers.scaling_state(model, version)
+    desired = None if scaling is None else scaling.desired
+    return VersionView(record, worker_views(mine, announced, usage), pending, desired)
 
 
 async def worker_counts(store: WorkerStateStore, model: str, version: str) -> tuple[int, int]:

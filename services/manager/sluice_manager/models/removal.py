@@ -59,6 +59,7 @@ class Remover:
             drained = await self._wait_for_no_workers(model, chosen)
             answered = await self.stores.jobs.fail_all(model, chosen, unregistered_error(model, chosen))
             await self.stores.workers.clear_streak(model, chosen)
+            await self.stores.workers.clear_scaling_state(model, chosen)
             await registry.remove(model, chosen, last=versions == {chosen})
             if record is not None:
                 archives.remove_model_dir(self.config.models_dir, Path(record.model_dir))

@@ -5,7 +5,8 @@ torchserve.md section 5.3:
   ``models`` JSON > built-in default (1 / 100 ms).
 - ``responseTimeout`` / ``startupTimeout``: yaml (whenever set) > ``models`` JSON > explicit value >
   ``default_response_timeout`` / ``default_startup_timeout``.
-- ``minWorkers`` / ``maxWorkers``: yaml when ``minWorkers > 0 and maxWorkers >= minWorkers``; else at
+- ``minWorkers`` / ``maxWorkers``: yaml when ``minWorkers > 0 and maxWorkers >= minWorkers`` (Sluice
+  also takes ``minWorkers: 0`` with ``maxWorkers > 0``: the version scales from zero); else at
   startup the ``models`` JSON, then ``default_workers_per_model``, where Sluice reads 0 as **1** (not
   TorchServe's one per CPU core, which runs laptops out of memory); at register time the explicit
   ``initial_workers``, then ``default_workers_per_model`` (0 means no worker, as in TorchServe).
@@ -176,7 +177,8 @@ def _workers(
     options: RegisterOptions, yaml_conf: "_YamlConfig", json_conf: dict[str, Any], defaults: ServerDefaults
 ) -> tuple[int, int]:
     yaml_min, yaml_max = yaml_conf.integer("minWorkers"), yaml_conf.integer("maxWorkers")
-    if yaml_min is not None and yaml_min > 0 and yaml_max is not None and yaml_max >= yaml_min:
+    # TorchServe's rule, plus minWorkers 0 with maxWorkers above it: a version that scales from zero.
+    if yaml_min is not None and yaml_min >= 0 and yaml_max is not None and yaml_max >= max(yaml_min, 1):
         return yaml_min, yaml_max
     if options.at_startup:
         workers = defaults.default_workers_per_model or 1

@@ -50,6 +50,9 @@ _PHASES = {
 VersionKey = tuple[str, str]
 # The workers a launcher that reports no cores (external) may hold: no bound.
 UNBOUNDED = 1_000_000
+# Default worker slots per core: a worker's torch threads share the cores, and handlers that wait
+# (I/O, a GPU) leave them idle part of the time.
+WORKERS_PER_CORE = 2
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class ReconcilerConfig:
     reconcile_interval_s: float = 1.0
     # Limits of a worker container when its model-config.yaml sets none (0: no limit).
     default_limits: ContainerLimits = field(default_factory=ContainerLimits)
+    # Workers the launcher's host may run in all, the autoscaler's ceiling beside maxWorkers
+    # (0: WORKERS_PER_CORE per core it reports; a launcher that reports none has no ceiling).
+    worker_slots: int = 0
 
 
 class Reconciler:
@@ -193,16 +199,22 @@ class Reconciler:
         only when its range lets it scale), which it keeps in Redis with its timers."""
         model, version = key
         settings = scaling_settings(record)
-        state = await self.store.scaling_state(model, version) or autoscale.initial_state(settings)
+        stored = await self.store.scaling_state(model, version)
+        state = stored or autoscale.initial_state(settings)
         now = self.clock()
         signal = await self.store.signal(model, version, now) if settings.autoscaled else Signal(now, 0, 0)
-        room = capacity.cpus - others if capacity.cpus else UNBOUNDED
+        room = self._slots(capacity) - others
         decision = autoscale.decide(settings, state, signal, max(room, 1))
         if decision.change is not None:
             _log_change(model, version, decision.change, signal, settings)
-        if decision.state != state:
+        if stored is None or decision.state != state:  # kept for a restarted manager and the metrics
             await self.store.put_scaling_state(model, version, decision.state)
         return decision.state.desired
+
+    def _slots(self, capacity: Capacity) -> int:
+        if self.config.worker_slots:
+            return self.config.worker_slots
+        return capacity.cpus * WORKERS_PER_CORE if capacity.cpus else UNBOUNDED
 
     def _desired(self, registered: RegisteredVersion | None, wanted: int) -> Desired:
         if registered is None:

@@ -61,10 +61,12 @@ class JobQueue:
         self._model, self._version = model, version
         self.consumer = consumer
 
-    async def ensure_group(self, start_id: str = "$") -> None:
-        """Create the consumer group (and the stream) unless it exists."""
+    async def ensure_group(self) -> None:
+        """Create the consumer group (and the stream) unless it exists. From the stream's first
+        entry: entries of a stream without a group were never delivered (jobs admitted while a
+        version that scales from zero ran no worker, or a group Redis lost)."""
         try:
-            await self._redis.xgroup_create(self.stream, keys.JOB_GROUP, id=start_id, mkstream=True)
+            await self._redis.xgroup_create(self.stream, keys.JOB_GROUP, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
@@ -83,7 +85,7 @@ class JobQueue:
             # Redis lost the stream (restart without persistence, or someone deleted it). Every entry
             # of a group-less stream is undelivered, so the new group starts from the beginning.
             log.warning("consumer group missing, recreating it", stream=self.stream)
-            await self.ensure_group("0")
+            await self.ensure_group()
             return []
         entries = [
             (entry_id, _fields(fields))

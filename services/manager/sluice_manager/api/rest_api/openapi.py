@@ -32,6 +32,8 @@ _WORKER = {
         "pid": {"type": "integer"},
         "gpu": {"type": "boolean"},
         "gpuUsage": {"type": "string"},
+        "host": {"type": "string", "description": "Container workers: the engine's host."},
+        "container": {"type": "string", "description": "Container workers: the container's short id."},
     },
 }
 _INT_FIELDS = (
@@ -55,6 +57,18 @@ _DESCRIPTION = {
         "jobQueueStatus": {
             "type": "object",
             "properties": {"remainingCapacity": {"type": "integer"}, "pendingRequests": {"type": "integer"}},
+        },
+        "autoscaling": {
+            "type": "object",
+            "description": "Sluice: the workers wanted between minWorkers and maxWorkers, and the settings.",
+            "properties": {
+                "desiredWorkers": {"type": "integer"},
+                "targetJobsPerWorker": {"type": "number"},
+                **{
+                    name: {"type": "integer"}
+                    for name in ("scaleUpAfterMSec", "scaleDownAfterMSec", "scaleCooldownMSec")
+                },
+            },
         },
         "customizedMetadata": {"type": "object", "additionalProperties": True},
     },
