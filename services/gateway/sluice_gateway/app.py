@@ -35,6 +35,7 @@ from sluice_gateway.kserve.service import KServeService
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import RegistryCache, RegistryEvents
 from sluice_gateway.security import gateway_security, warn_exposure
+from sluice_gateway.sequences import SequenceHeaders
 from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.torchserve import grpc as torchserve_grpc
 
@@ -77,6 +78,11 @@ class Gateway:
         self.cache = RegistryCache(self.redis, ttl_s=settings.registry_cache_ttl_s)
         self.events = RegistryEvents(self.redis, self.cache)
         self.admission = RedisJobAdmission(self._hot_redis)
+        self.sequence_headers = SequenceHeaders(
+            settings.header_key_sequence_id,
+            settings.header_key_sequence_start,
+            settings.header_key_sequence_end,
+        )
         self.plane = DataPlane(
             self.cache,
             self.admission,
@@ -85,6 +91,7 @@ class Gateway:
             stream_buffer_replies=settings.stream_buffer_replies,
             cancel_margin_s=settings.cancel_margin_s,
             observer=self.metrics,
+            sequence_headers=self.sequence_headers,
         )
         # KServe v2, transport-agnostic: the gRPC servicer and the REST routes share it and its statistics.
         self.kserve = KServeService(
@@ -106,6 +113,7 @@ class Gateway:
                 ModelHealth(self.redis),
                 stream2_max_in_flight=settings.stream2_max_in_flight,
                 max_request_size=settings.max_request_size,
+                sequence_headers=self.sequence_headers,
             ),
         )
         kserve_grpc.add_to_server(

@@ -25,13 +25,18 @@ from sluice_gateway.broker.seam import (
     BrokerUnavailable,
     JobAdmission,
     ReplySource,
+    SequenceStep,
 )
 from sluice_gateway.inflight import PendingJob, StreamJob, UnaryJob
 from sluice_gateway.job_envelopes import build_job, effective_timeout_s, new_job_id
 from sluice_gateway.registry_cache import VersionResolver, model_not_found, version_not_found
+from sluice_gateway.sequences import SEQUENCE_ID_REQUIRED, SequenceHeaders, checked, new_sequence, refusal
 
 # Read once: the hot path compares every enqueue's outcome with it.
 _ADMITTED = Admission.ADMITTED
+SEQUENCE_REFUSALS = frozenset(
+    {Admission.SEQUENCE_CLOSED, Admission.SEQUENCE_START_REQUIRED, Admission.SEQUENCE_LIMIT}
+)
 
 
 def wall_clock_ms() -> int:
@@ -57,6 +62,12 @@ class InferenceCall:
     # A streamed call whose job may still share a batch (REST: the handler, not the client,
     # decides whether the answer streams); the job is not flagged ``streaming``.
     stream_in_batch: bool = False
+    # The sequence the request names (its handler headers say so, whatever the model); a stateful
+    # model routes it to the worker holding the sequence (sluice_gateway.sequences).
+    sequence: SequenceStep | None = None
+    # What a stateful model's call that names no sequence gets: an error with this message, or
+    # (None) a new sequence, as TorchServe's REST API makes one.
+    missing_sequence: str | None = SEQUENCE_ID_REQUIRED
 
 
 class JobObserver(Protocol):
@@ -80,6 +91,7 @@ class DataPlane:
         cancel_margin_s: float = 60.0,
         clock_ms: Callable[[], int] = wall_clock_ms,
         observer: JobObserver | None = None,
+        sequence_headers: SequenceHeaders | None = None,
     ) -> None:
         self._resolver = resolver
         self._admission = admission
@@ -90,6 +102,7 @@ class DataPlane:
         self._cancel_margin_ms = int(cancel_margin_s * 1000)
         self._clock_ms = clock_ms
         self._observer = observer
+        self._sequence_headers = sequence_headers or SequenceHeaders()
 
     async def infer(self, call: InferenceCall) -> Reply:
         """Run one job and return its final reply."""
@@ -145,6 +158,10 @@ class DataPlane:
         """The admitted job; None when the version was gone (the registry view was stale)."""
         if call.admit is not None:
             call.admit(record)
+        step = self._sequence_step(call, record)
+        headers = (
+            call.headers if step is None else {**(call.headers or {}), **self._sequence_headers.of(step)}
+        )
         model, version = record.model_name, record.version
         job_id = new_job_id()
         structlog.contextvars.bind_contextvars(request_id=job_id, model=model, version=version)
@@ -161,7 +178,8 @@ class DataPlane:
                 now_ms=now_ms,
                 timeout_s=timeout_s,
                 streaming=streaming and not call.stream_in_batch,
-                headers=call.headers,
+                headers=headers,
+                sequence=step,
             )
         )
         waiter = (
@@ -183,7 +201,10 @@ class DataPlane:
         loop = asyncio.get_running_loop()
         expires_at = loop.time() + timeout_s
         try:
-            admission = await self._admission.enqueue(model, version, encoded)
+            if step is not None and record.stateful:
+                admission = await self._admission.enqueue_sequence(record, encoded, step)
+            else:
+                admission = await self._admission.enqueue(model, version, encoded)
         except BrokerUnavailable as exc:
             self._replies.forget(job_id)
             self._count_request(model, call.version)
@@ -192,20 +213,39 @@ class DataPlane:
             # Cancelled (or failed) mid-enqueue: the job may be queued, so flag it as well.
             self._release(pending, True)
             raise
-        if admission is Admission.ADMITTED_COLD:
-            pending.cold = True
-        elif admission is not _ADMITTED:
+        if admission is not _ADMITTED and admission is not Admission.ADMITTED_COLD:
             self._replies.forget(job_id)
             if admission is Admission.VERSION_GONE:
                 return None
             self._count_request(model, call.version)
-            code = ErrorCode.NO_WORKER if admission is Admission.NO_WORKER else ErrorCode.QUEUE_FULL
-            raise SluiceError(code, no_worker_message(model))
+            raise _refused(call, admission, model, step)
+        pending.cold = admission is Admission.ADMITTED_COLD
         self._count_request(model, call.version)
+        if step is not None:
+            pending.sequence_id = step.sequence_id
         pending.arm(loop, expires_at)
         return pending
+
+    @staticmethod
+    def _sequence_step(call: InferenceCall, record: VersionRecord) -> SequenceStep | None:
+        """The call's sequence; a stateful model's call that names none gets a new one or an error."""
+        if call.sequence is not None:
+            return checked(call.sequence)
+        if not record.stateful:
+            return None
+        if call.missing_sequence is None:
+            return new_sequence()
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, call.missing_sequence)
 
     def _count_request(self, model: str, requested_version: str) -> None:
         """Every request for a version that exists counts, whether the queue took it or not."""
         if self._observer is not None:
             self._observer.admitted(model, requested_version)
+
+
+def _refused(call: InferenceCall, admission: Admission, model: str, step: SequenceStep | None) -> SluiceError:
+    """What a job the broker did not take is told."""
+    if admission in SEQUENCE_REFUSALS and step is not None:
+        return refusal(call.protocol, admission, model, step.sequence_id)
+    code = ErrorCode.NO_WORKER if admission is Admission.NO_WORKER else ErrorCode.QUEUE_FULL
+    return SluiceError(code, no_worker_message(model))

@@ -35,6 +35,7 @@ class PendingJob:
         "job_id",
         "model",
         "requested_version",
+        "sequence_id",
         "started_unix_ms",
         "succeeded",
         "version",
@@ -70,6 +71,8 @@ class PendingJob:
         self.created_ns = time.monotonic_ns()
         # Admitted while the version ran no worker: it waited for one to start (metrics).
         self.cold = False
+        # The sequence of a stateful model's job ("" for none): REST answers name it.
+        self.sequence_id = ""
 
     def arm(self, loop: asyncio.AbstractEventLoop, expires_at: float) -> None:
         """Fail the wait with DEADLINE_EXCEEDED at loop time ``expires_at``."""

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from sluice.envelope import Job, Reply, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 
+from sluice_gateway.broker.seam import SequenceStep
+
 
 def new_job_id() -> str:
     return uuid.uuid4().hex
@@ -24,6 +26,7 @@ def build_job(
     timeout_s: float,
     streaming: bool = False,
     headers: Mapping[str, str] | None = None,
+    sequence: SequenceStep | None = None,
 ) -> Job:
     """The Job for one request; its deadline is ``now_ms + timeout_s``."""
     job = Job(
@@ -39,6 +42,10 @@ def build_job(
     )
     if headers:
         job.headers.update(headers)
+    if sequence is not None:
+        job.sequence_id = sequence.sequence_id
+        job.sequence_start = bool(sequence.start)
+        job.sequence_end = sequence.end
     return job
 
 

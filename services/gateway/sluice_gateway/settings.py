@@ -28,10 +28,17 @@ class GatewaySettings(AuthSettings):
         "metrics_address": "metrics_address",
         "enable_metrics_api": "enable_metrics_api",
         "sluice_redis_url": "redis_url",
+        "ts_header_key_sequence_id": "header_key_sequence_id",
+        "ts_header_key_sequence_start": "header_key_sequence_start",
+        "ts_header_key_sequence_end": "header_key_sequence_end",
     }
 
     # TorchServe's keys and defaults.
     grpc_inference_address: str = "127.0.0.1"
+    # The handler headers (and REST request headers) that carry a sequence: id, start, end.
+    header_key_sequence_id: str = "ts_request_sequence_id"
+    header_key_sequence_start: str = "ts_request_sequence_start"
+    header_key_sequence_end: str = "ts_request_sequence_end"
     grpc_inference_port: Port = 7070
     # Largest inbound message (grpc.max_receive_message_length, REST body), TorchServe's default.
     max_request_size: PositiveInt = 6553500

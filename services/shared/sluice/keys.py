@@ -22,6 +22,11 @@ def _version_tag(model: str, version: str) -> str:
     return f"{PREFIX}:{{{model}:{version}}}"
 
 
+def version_prefix(model: str, version: str) -> str:
+    """What every key of one model version starts with (scripts derive per-worker keys from it)."""
+    return _version_tag(model, version)
+
+
 def model(name: str) -> str:
     """Hash of one model: ``default`` -> default version, ``v:<version>`` -> registration order."""
     return f"{PREFIX}:model:{name}"
@@ -55,6 +60,40 @@ def heartbeat(model: str, version: str, worker_id: str) -> str:
 def cancel(model: str, version: str, job_id: str) -> str:
     """Flag set (with a TTL) when the client of a job gave up."""
     return f"{_version_tag(model, version)}:cancel:{job_id}"
+
+
+def sequence(model: str, version: str, sequence_id: str) -> str:
+    """Hash of one sequence of a stateful version: its holder (worker id, "" while unassigned), when
+    it was last used, whether it ended, how many requests it served and its saved state. Outlives
+    the sequence for a while, so a request for a closed or expired sequence is told so."""
+    return f"{_version_tag(model, version)}:sequence:{sequence_id}"
+
+
+def sequence_jobs(model: str, version: str, sequence_id: str) -> str:
+    """Stream of one sequence's jobs, in arrival order, read by its holder (no consumer group: a job
+    leaves it once answered, so whoever holds the sequence next finds the unanswered ones)."""
+    return f"{_version_tag(model, version)}:sequence-jobs:{sequence_id}"
+
+
+def live_sequences(model: str, version: str) -> str:
+    """Sorted set sequence id -> when it idles out (ms): the version's live sequences, counted
+    against its limit."""
+    return f"{_version_tag(model, version)}:sequences"
+
+
+def held_sequences(model: str, version: str, worker_id: str) -> str:
+    """Set of the sequences a worker holds ("" as worker id: sequences no worker holds yet)."""
+    return f"{_version_tag(model, version)}:held:{worker_id}"  # enqueue_sequence.lua builds it too
+
+
+def sequence_holders(model: str, version: str) -> str:
+    """Set of the worker ids that hold (or held) sequences: where a rescuer looks for dead holders."""
+    return f"{_version_tag(model, version)}:holders"
+
+
+def sequence_inbox(model: str, version: str, worker_id: str) -> str:
+    """Stream telling a worker the sequences just given to it (it blocks reading it with their jobs)."""
+    return f"{_version_tag(model, version)}:inbox:{worker_id}"
 
 
 def batch_sizes(model: str, version: str) -> str:

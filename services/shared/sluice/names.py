@@ -31,3 +31,13 @@ def check_version(model: str, version: str) -> str:
             f"Model version: {_printable(version)} does not exist for model: {_printable(model)}",
         )
     return version
+
+
+MAX_SEQUENCE_ID_LENGTH = 256
+
+
+def check_sequence_id(sequence_id: str) -> str:
+    """A client's sequence id: it becomes part of Redis keys and log lines."""
+    if not sequence_id or len(sequence_id) > MAX_SEQUENCE_ID_LENGTH or not sequence_id.isprintable():
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid sequence id: {_printable(sequence_id)}")
+    return sequence_id

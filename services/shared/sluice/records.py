@@ -72,6 +72,27 @@ class VersionRecord(Checked):
     model_yaml_config: dict[str, Any] = field(default_factory=dict)
     # KServe v2 tensors the model declares (model-config.yaml `sluice:`, see sluice.kserve.declaration).
     tensors: ModelTensors = field(default_factory=ModelTensors)
+    # Stateful models (TorchServe's sequenceBatching with sequenceMaxIdleMSec > 0): every request of
+    # a sequence runs on the worker that holds it, in order (docs/design.md, "Sequences").
+    sequence_batching: bool = False
+    sequence_max_idle_ms: int = 0
+    # A sequence's longest life from its first request (0: no limit).
+    sequence_timeout_ms: int = 0
+    # Requests of one sequence that may wait besides the one running.
+    max_sequence_job_queue_size: int = 1
+    max_num_sequence: int = 1
+    # Largest state a handler may save for a sequence (Sluice's save/restore API).
+    sequence_state_max_bytes: int = 1024 * 1024
+
+    @property
+    def stateful(self) -> bool:
+        return self.sequence_batching and self.sequence_max_idle_ms > 0
+
+    @property
+    def live_sequence_limit(self) -> int:
+        """Live sequences the version takes at once (TorchServe: max(maxNumSequence, batchSize *
+        maxWorkers))."""
+        return max(self.max_num_sequence, self.batch_size * max(self.max_workers, 1))
 
 
 class WorkerStatus(enum.StrEnum):

@@ -9,7 +9,8 @@ from typing import Any
 
 from sluice.envelope import Job, Reply, decode_job
 from sluice.errors import SluiceError
-from sluice_gateway.broker.seam import Admission, BrokerUnavailable
+from sluice.records import VersionRecord
+from sluice_gateway.broker.seam import Admission, BrokerUnavailable, SequenceStep
 from sluice_gateway.waiters import ReplyWaiters, StreamWaiter, UnaryWaiter
 
 
@@ -33,6 +34,10 @@ class CancelFlag:
 class InMemoryAdmission:
     def __init__(self) -> None:
         self.versions: dict[tuple[str, str], Version] = {}
+        # Sequence id -> whether it is live (False: closed); the outcome of the next sequence enqueue
+        # can be forced with ``sequence_outcome``.
+        self.sequences: dict[str, bool] = {}
+        self.sequence_outcome: Admission | None = None
         self.cancelled: list[CancelFlag] = []
         # Raise BrokerUnavailable while set.
         self.down = False
@@ -64,6 +69,19 @@ class InMemoryAdmission:
         target.queued.append(decode_job(job))
         self.enqueued.set()
         return Admission.ADMITTED_COLD if target.workers == 0 else Admission.ADMITTED
+
+    async def enqueue_sequence(self, record: VersionRecord, job: bytes, step: SequenceStep) -> Admission:
+        """A sequence's job: joins a live sequence, starts one (implicitly, unless it was closed)."""
+        if self.sequence_outcome is not None:
+            return self.sequence_outcome
+        live = self.sequences.get(step.sequence_id)
+        if not live:
+            if step.start is False:
+                return Admission.SEQUENCE_CLOSED if live is False else Admission.SEQUENCE_START_REQUIRED
+            if live is False and step.start is None:
+                return Admission.SEQUENCE_CLOSED
+        self.sequences[step.sequence_id] = not step.end
+        return await self.enqueue(record.model_name, record.version, job)
 
     def cancel(self, model: str, version: str, job_id: str, ttl_ms: int) -> None:
         self.cancelled.append(CancelFlag(model, version, job_id, ttl_ms))

@@ -5,11 +5,13 @@ import pytest
 from google.rpc import error_details_pb2
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
+from sluice_gateway.broker.seam import SequenceStep
+from sluice_gateway.sequences import SequenceHeaders
 from sluice_gateway.torchserve.grpc_codec import (
     error_response,
     in_stream_status,
     parse_request,
-    sequence_headers,
+    sequence_step,
     sequence_suffix,
     to_call,
 )
@@ -64,7 +66,16 @@ def test_sequence_headers_mark_start_and_end_only_when_asked(
     inputs: dict[str, bytes], expected: dict[str, str]
 ) -> None:
     request = PredictionsRequest(model_name="m", sequence_id="s", input=inputs)
-    assert sequence_headers(request) == {"ts_request_sequence_id": "s", **expected}
+    step = sequence_step(request)
+    assert step is not None
+    assert SequenceHeaders().of(step) == {"ts_request_sequence_id": "s", **expected}
+
+
+def test_a_request_without_a_sequence_id_names_no_sequence() -> None:
+    marked_only = PredictionsRequest(model_name="m", input={"ts_request_sequence_start": b"true"})
+    assert sequence_step(marked_only) is None
+    unmarked = sequence_step(PredictionsRequest(model_name="m", sequence_id="s"))
+    assert unmarked == SequenceStep("s", start=None, end=False), "an unmarked first request starts it"
 
 
 def test_sequence_id_echo_merges_into_the_worker_payload() -> None:

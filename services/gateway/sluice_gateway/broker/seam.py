@@ -8,7 +8,10 @@ own errors.
 """
 
 import enum
+from dataclasses import dataclass
 from typing import Protocol
+
+from sluice.records import VersionRecord
 
 from sluice_gateway.waiters import StreamWaiter, UnaryWaiter
 
@@ -31,6 +34,22 @@ class Admission(enum.Enum):
     NO_WORKER = "no_worker"
     # The queue holds `job_queue_size` jobs, or the broker is out of memory.
     QUEUE_FULL = "queue_full"
+    # Sequences (stateful models): the sequence ended, idled out or timed out; a request that does
+    # not start it names no live sequence; too many live sequences, or jobs queued for this one.
+    SEQUENCE_CLOSED = "sequence_closed"
+    SEQUENCE_START_REQUIRED = "sequence_start_required"
+    SEQUENCE_LIMIT = "sequence_limit"
+
+
+@dataclass(frozen=True)
+class SequenceStep:
+    """Where a stateful model's job goes: its sequence, and whether it starts or ends it."""
+
+    sequence_id: str
+    # True starts the sequence (again); False joins a live one; None starts it unless it was seen
+    # and closed (TorchServe: a new id starts a sequence; KServe v2 asks for START explicitly).
+    start: bool | None = None
+    end: bool = False
 
 
 class JobAdmission(Protocol):
@@ -38,6 +57,11 @@ class JobAdmission(Protocol):
         """Put the encoded job in the version's queue if the version is active, has a worker and
         room for it, in one atomic step; raises :class:`BrokerUnavailable`. A job may be queued when
         the call is cancelled during the enqueue."""
+        ...
+
+    async def enqueue_sequence(self, record: VersionRecord, job: bytes, step: SequenceStep) -> Admission:
+        """Put the job in its sequence's queue, for the worker holding the sequence (a new sequence
+        gets the live worker holding the fewest); the version's sequence limits apply."""
         ...
 
     def cancel(self, model: str, version: str, job_id: str, ttl_ms: int) -> None:

@@ -17,7 +17,8 @@ from sluice.v1.torchserve_inference_pb2 import TorchServeHealthResponse
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api import RawContext
 from sluice_gateway.health import ModelHealth, health_text
-from sluice_gateway.torchserve.grpc_codec import parse_request, to_call
+from sluice_gateway.sequences import SequenceHeaders
+from sluice_gateway.torchserve.grpc_codec import DEFAULT_NAMES, parse_request, to_call
 from sluice_gateway.torchserve.grpc_stream2 import Stream2Call
 
 SERVICE_NAME: str = torchserve_inference_pb2.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
@@ -34,8 +35,11 @@ class TorchServeInference:
         *,
         stream2_max_in_flight: int,
         max_request_size: int | None = None,
+        sequence_headers: SequenceHeaders = DEFAULT_NAMES,
     ) -> None:
         self._plane = plane
+        # Names of the inputs that mark a request as its sequence's start or end.
+        self._names = sequence_headers
         self._model_health = model_health
         self._stream2_max_in_flight = stream2_max_in_flight
         # The port's gRPC limit may be higher (KServe v2 requests); TorchServe's rpcs keep theirs.
@@ -59,12 +63,12 @@ class TorchServeInference:
         return TorchServeHealthResponse(health=health_text(await self._model_health.healthy()))
 
     async def predictions(self, raw: bytes, context: RawContext) -> bytes:
-        call = to_call(parse_request(self._check_size(raw)), raw, context.time_remaining())
+        call = to_call(parse_request(self._check_size(raw)), raw, context.time_remaining(), self._names)
         reply = await self._plane.infer(call)
         return reply.payload
 
     async def stream_predictions(self, raw: bytes, context: RawContext) -> AsyncIterator[bytes]:
-        call = to_call(parse_request(self._check_size(raw)), raw, context.time_remaining())
+        call = to_call(parse_request(self._check_size(raw)), raw, context.time_remaining(), self._names)
         async with aclosing(self._plane.infer_stream(call)) as replies:
             async for reply in replies:
                 yield reply.payload
@@ -72,7 +76,9 @@ class TorchServeInference:
     async def stream_predictions2(
         self, requests: AsyncIterator[bytes], context: RawContext
     ) -> AsyncIterator[bytes]:
-        session = Stream2Call(self._plane, context, max_in_flight=self._stream2_max_in_flight)
+        session = Stream2Call(
+            self._plane, context, max_in_flight=self._stream2_max_in_flight, names=self._names
+        )
         async with aclosing(session.run(self._checked(requests))) as responses:
             async for response in responses:
                 yield response

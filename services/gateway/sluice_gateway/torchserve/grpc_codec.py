@@ -11,16 +11,14 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.status_map import grpc_status
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
+from sluice_gateway.broker.seam import SequenceStep
 from sluice_gateway.dataplane import InferenceCall
+from sluice_gateway.sequences import SequenceHeaders
 
 MODEL_NAME_REQUIRED = "Parameter model_name is required."
-SEQUENCE_ID_REQUIRED = "Parameter sequenceId is required."
 INVALID_REQUEST = "Invalid PredictionsRequest."
 
-# TorchServe's default sequence header names (ts_header_key_sequence_{id,start,end}).
-SEQUENCE_ID_HEADER = "ts_request_sequence_id"
-SEQUENCE_START_HEADER = "ts_request_sequence_start"
-SEQUENCE_END_HEADER = "ts_request_sequence_end"
+DEFAULT_NAMES = SequenceHeaders()
 # Read once: a protobuf enum value read off its wrapper goes through a Python __getattr__.
 TORCHSERVE_GRPC = WireProtocol.TORCHSERVE_GRPC
 
@@ -33,7 +31,7 @@ def parse_request(raw: bytes) -> PredictionsRequest:
 
 
 def to_call(
-    request: PredictionsRequest, raw: bytes, timeout_s: float | None, headers: dict[str, str] | None = None
+    request: PredictionsRequest, raw: bytes, timeout_s: float | None, names: SequenceHeaders = DEFAULT_NAMES
 ) -> InferenceCall:
     if not request.model_name:
         raise SluiceError(ErrorCode.INVALID_ARGUMENT, MODEL_NAME_REQUIRED)
@@ -43,19 +41,26 @@ def to_call(
         version=request.model_version,
         request=raw,
         timeout_s=timeout_s,
-        headers=headers,
+        sequence=sequence_step(request, names),
     )
 
 
-def sequence_headers(request: PredictionsRequest) -> dict[str, str]:
-    """Handler headers of a StreamPredictions2 request. Start and end are set only when the client
-    marks the request so (input ``ts_request_sequence_start``/``_end`` = ``true``); TorchServe's
-    frontend compares the wrong thing and marks every request as the end."""
-    headers = {SEQUENCE_ID_HEADER: request.sequence_id}
-    for marker in (SEQUENCE_START_HEADER, SEQUENCE_END_HEADER):
-        if request.input.get(marker, b"").strip().lower() == b"true":
-            headers[marker] = "true"
-    return headers
+def sequence_step(request: PredictionsRequest, names: SequenceHeaders = DEFAULT_NAMES) -> SequenceStep | None:
+    """The request's sequence (its ``sequence_id``), None when it names none. Start and end are set
+    only when the client marks the request so (input ``ts_request_sequence_start``/``_end`` =
+    ``true``); TorchServe's frontend compares the wrong thing and marks every request as the end.
+    An unmarked first request starts its sequence, as in TorchServe."""
+    if not request.sequence_id:
+        return None
+    return SequenceStep(
+        request.sequence_id,
+        start=True if _marked(request, names.start) else None,
+        end=_marked(request, names.end),
+    )
+
+
+def _marked(request: PredictionsRequest, marker: str) -> bool:
+    return request.input.get(marker, b"").strip().lower() == b"true"
 
 
 def sequence_suffix(sequence_id: str) -> bytes:
