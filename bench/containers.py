@@ -41,10 +41,10 @@ LAUNCHERS = ("process", "docker")
 @dataclass(frozen=True)
 class Sizes:
     concurrency: int = 16
-    window_s: float = 6.0
+    # Windows long enough that a batch of 8 more or less is ~3%, many of them, alternating between the
+    # stacks: a shared machine's noise then falls on both alike.
+    window_s: float = 15.0
     warmup_s: float = 2.0
-    # Short windows, many of them, alternating between the stacks: a shared machine's noise then
-    # falls on both alike.
     rounds: int = 6
     kill_concurrency: int = 8
     kill_after_s: float = 3.0
@@ -179,9 +179,8 @@ def table(report: dict[str, Any]) -> str:
     for workers in (1, 2):
         key = f"throughput_w{workers}_rps"
         p, d = statistics.median(process[key]), statistics.median(docker[key])
-        rows.append(
-            (f"cnn_b8 throughput, {workers} worker(s)", f"{p:.1f} /s", f"{d:.1f} /s ({d / p - 1:+.1%})")
-        )
+        label = f"cnn_b8 throughput, {workers} worker(s): median [min-max]"
+        rows.append((label, _spread(process[key]), f"{_spread(docker[key])}, {d / p - 1:+.1%}"))
     lines = ["| | worker processes | worker containers |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
