@@ -182,6 +182,11 @@ class ComposeStack:
         number = '{{index .Config.Labels "com.docker.compose.container-number"}}'
         return sorted(ids, key=lambda cid: int(docker("inspect", "-f", number, cid).strip() or 0))
 
+    def health(self, container: str) -> str:
+        """A container's health (its image's HEALTHCHECK), or its state when it has none."""
+        format_ = "{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}"
+        return docker("inspect", "-f", format_, container).strip()
+
     # Engine state --------------------------------------------------------------------------------
     def cluster_id(self) -> str:
         """The id labelling this stack's worker containers (kept in its Redis by the first manager)."""
@@ -294,9 +299,16 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str, inter
     return time.monotonic() - started
 
 
-def wait_for_gateways(stack: ComposeStack, count: int, timeout_s: float = 60) -> None:
-    """Until the load balancer has ``count`` gateways up for gRPC and for metrics (each backend checks
-    its servers on its own)."""
+def wait_for_gateways(stack: ComposeStack, count: int, timeout_s: float = 120) -> None:
+    """Until ``count`` gateway containers are healthy (serving) and the load balancer has them up for
+    gRPC and for metrics. Health first: a new replica may take the IP of one that is gone, and the load
+    balancer's slot for it reads UP before its first check fails (calls meanwhile go to the others)."""
+    wait_for(
+        lambda: [stack.health(c) for c in stack.containers("gateway")] == ["healthy"] * count,
+        timeout_s,
+        f"{count} healthy gateways",
+        interval_s=0.5,
+    )
     wait_for(
         lambda: (
             (stack.lb_servers_up("gateways_grpc"), stack.lb_servers_up("gateways_metrics")) == (count, count)
