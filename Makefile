@@ -9,13 +9,18 @@ PROTO_OUT := $(PROTO_ROOT)/sluice/v1
 STAMP := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: help install proto lint fmt test test-unit test-integration test-e2e test-compat test-compose run \
-        stop bench bench-quick clean
+.PHONY: help install proto lint fmt test test-tiers test-unit test-integration test-e2e test-compat test-compose \
+        test-compose-tier compose-images compose-up compose-down gpu-check run stop bench bench-quick \
+        bench-containers clean
 
 help:
 	@echo "make run           start redis, manager, gateway and the demo model (Ctrl-C stops)"
-	@echo "make test          venv, dependencies, protos, lint, then every test tier"
-	@echo "make test-compose  build the images and run the compose stack with a real Docker engine"
+	@echo "make test          venv, dependencies, protos, lint, then every test tier (a Docker engine for"
+	@echo "                   tests/docker and the compose stack's fast checks is installed and started)"
+	@echo "make test-compose  the compose stack's faults under load and supervision on a real Docker engine"
+	@echo "make compose-up    engine, images, then the compose stack (GATEWAYS=N, GPU=1; docs/containers.md)"
+	@echo "make compose-down  the stack, its worker containers and network (REMOVE_VOLUMES=1: also its data)"
+	@echo "make gpu-check     the GPU variant end to end on an NVIDIA GPU (prints SKIPPED without one)"
 	@echo "make install       venv + dependencies + generated protos + the 'sluice' CLI"
 
 $(STAMP): pyproject.toml
@@ -45,14 +50,19 @@ fmt: install
 	$(VENV)/bin/ruff format $(LINTED)
 	$(VENV)/bin/ruff check --fix $(LINTED)
 
-# The compat tier runs in its own process: it loads TorchServe's own generated protos, which declare
-# the same protobuf packages as ours.
-# The compose check builds the images from this tree and runs the stack on a real Docker engine (it
-# prints SKIPPED with the reason when no engine can start here).
+# A Docker engine runs the docker tier and the compose stack's fast checks: scripts/docker_engine.sh
+# installs and starts one when none answers (and stops it afterwards); if none can run, it prints
+# SKIPPED with the reason and those tests skip. The images are built from this tree first (cached
+# layers: seconds). The compat tier runs in its own process: it loads TorchServe's own generated
+# protos, which declare the same protobuf packages as ours.
 test: lint
-	$(PYTEST) tests/unit tests/integration tests/e2e
+	bash scripts/docker_engine.sh run $(MAKE) --no-print-directory test-tiers
+
+test-tiers: install
+	bash scripts/compose_images.sh || test $$? = 3
+	$(PYTEST) tests/unit tests/integration tests/e2e tests/docker
 	$(PYTEST) tests/compat
-	bash scripts/test_compose.sh
+	$(PYTEST) -m compose tests/compose
 
 test-unit: install
 	$(PYTEST) tests/unit
@@ -66,8 +76,31 @@ test-e2e: install
 test-compat: install
 	$(PYTEST) tests/compat
 
+# The compose stack's slow checks: faults under load and supervision (.ci/run runs them after make test).
 test-compose: install
-	bash scripts/test_compose.sh
+	bash scripts/docker_engine.sh run $(MAKE) --no-print-directory test-compose-tier
+
+test-compose-tier: install
+	bash scripts/compose_images.sh || test $$? = 3
+	$(PYTEST) -m compose_slow tests/compose
+
+# The compose stack (docs/containers.md): a Docker engine (installed and started when none answers),
+# the images from this tree, then `compose up` waiting until the demo model answers. GATEWAYS=N gateways
+# behind the published port; GPU=1 with docker-compose.gpu.yml. compose-down also removes the worker
+# containers the manager started and stops an engine compose-up started.
+compose-images: install
+	bash scripts/docker_engine.sh start
+	bash scripts/compose_images.sh $(if $(filter 1,$(GPU)),--gpu)
+
+compose-up: compose-images
+	bash scripts/compose_up.sh
+
+compose-down:
+	bash scripts/compose_down.sh
+	bash scripts/docker_engine.sh stop
+
+gpu-check: install
+	bash scripts/gpu_check.sh
 
 # The demo archive is built into the runtime folder's model store, then served until Ctrl-C.
 DEMO_STORE := var/model-store
@@ -85,6 +118,10 @@ bench: install
 
 bench-quick: install
 	$(PY) -m bench --preset quick
+
+# Worker containers against worker processes (bench/containers.py); needs a Docker engine and the images.
+bench-containers: compose-images
+	$(PY) -m bench.containers
 
 clean:
 	rm -rf $(VENV) $(PROTO_OUT) var build *.egg-info

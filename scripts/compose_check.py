@@ -1,10 +1,10 @@
-"""End-to-end check of a running stack from the host (scripts/test_compose.sh): one TorchServe
+"""End-to-end check of a running stack from the host (scripts/compose_up.sh): one TorchServe
 Predictions and one StreamPredictions call through the gateway, with the project's generated stubs.
 
 Waits (bounded) until the model answers: right after `up` the version may not be registered yet or
 its workers may still be loading (NOT_FOUND / UNAVAILABLE); any other error fails at once.
 Prints one PASS/FAIL line per call; exit 0 only if both passed. Token authorization is on in the
-stack: ``--token`` is the inference key (test_compose.sh reads it from the manager's key_file.json).
+stack: ``--token`` is the inference key (compose_up.sh reads it from the manager's key file).
 """
 
 import argparse
