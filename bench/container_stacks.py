@@ -98,7 +98,9 @@ class Stack:
     # Management ----------------------------------------------------------------------------------
     def _call(self, method: str, request: bytes) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{self.server.ports.grpc_management}") as channel:
-            channel.unary_unary(f"{MANAGEMENT_SERVICE}/{method}")(request, timeout=CALL_TIMEOUT_S)
+            path = f"{MANAGEMENT_SERVICE}/{method}"
+            call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(path)
+            call(request, timeout=CALL_TIMEOUT_S)
 
     def register(self, model: str, workers: int, probe: bytes) -> float:
         """Seconds from RegisterModel (synchronous) until ``probe`` predicts."""

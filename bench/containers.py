@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from bench.container_stacks import Stack
 from bench.loadgen import grpc_channel, grpc_unary_load, run_async
 from bench.matrix import cnn
@@ -64,7 +66,7 @@ async def _killed_run(target: str, request: bytes, sizes: Sizes, kill: Callable[
     killed_at = 0.0
     end = time.perf_counter() + sizes.kill_run_s
     async with grpc_channel(target) as channel:
-        stub = channel.unary_unary(PREDICTIONS_METHOD)
+        stub: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(PREDICTIONS_METHOD)
 
         async def client() -> None:
             while time.perf_counter() < end:

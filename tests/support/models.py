@@ -289,6 +289,92 @@ MLP_MODEL_SOURCE = _source("""
             return self.out(torch.relu(self.hidden(x)))
 """)
 
+# A stateful handler in the pattern of TorchServe's examples/stateful: a running total per sequence
+# (a torch tensor), keyed by context.get_sequence_id(idx); a start header resets it, an end header
+# drops it. Each answer says which process computed it and what the handler saw. With
+# ``save_state`` it defines Sluice's save/restore pair (sluice_worker.sequence_state).
+STATEFUL_HANDLER = _source("""
+    import json
+    import os
+    import struct
+    import time
+
+    import torch
+    from ts.torch_handler.base_handler import BaseHandler
+
+
+    class Accumulator(BaseHandler):
+        def initialize(self, context):
+            self.context = context
+            self.totals = {}
+            handler_config = context.model_yaml_config.get("handler") or {}
+            self.sleep_s = float(handler_config.get("sleep_s", 0))
+            self.state_bytes = int(handler_config.get("state_bytes", 0))
+            self.initialized = True
+
+        def handle(self, data, context):
+            out = []
+            batch = [context.get_sequence_id(idx) for idx in range(len(data))]
+            for idx, row in enumerate(data):
+                sid = context.get_sequence_id(idx)
+                start = context.get_request_header(idx, context.header_key_sequence_start) == "true"
+                end = context.get_request_header(idx, context.header_key_sequence_end) == "true"
+                if start:
+                    self.totals.pop(sid, None)
+                raw = row.get("data") or row.get("body")
+                value = int(raw.decode() if isinstance(raw, (bytes, bytearray)) else raw)
+                total = self.totals.get(sid, torch.zeros((), dtype=torch.int64)) + value
+                self.totals[sid] = total
+                out.append(json.dumps({
+                    "sequence": sid, "total": int(total), "pid": os.getpid(), "batch": batch,
+                    "start": start, "end": end,
+                }))
+                if end:
+                    self.totals.pop(sid, None)
+            if self.sleep_s:
+                time.sleep(self.sleep_s)
+            return out
+""")
+
+SEQUENCE_STATE_HOOKS = _source("""
+
+        def save_sequence_state(self, sequence_id):
+            total = self.totals.get(sequence_id)
+            if total is None:
+                return None
+            return struct.pack("<q", int(total)) + b"\\0" * self.state_bytes
+
+        def load_sequence_state(self, sequence_id, state):
+            self.totals[sequence_id] = torch.tensor(struct.unpack("<q", state[:8])[0])
+""")
+
+
+def stateful_model(
+    name: str = "stateful",
+    version: str = "1.0",
+    *,
+    save_state: bool = False,
+    sleep_s: float = 0.0,
+    state_bytes: int = 0,
+) -> ModelSpec:
+    """TorchServe's stateful example (a per-sequence total); ``state_bytes`` pads saved states."""
+    source = (
+        STATEFUL_HANDLER + "\n" + textwrap.indent(SEQUENCE_STATE_HOOKS, "    ")
+        if save_state
+        else STATEFUL_HANDLER
+    )
+    return ModelSpec(
+        name=name,
+        handler="handler.py",
+        files={
+            "handler.py": source,
+            "model-config.yaml": f"handler:\n  sleep_s: {sleep_s}\n  state_bytes: {state_bytes}\n",
+        },
+        version=version,
+        config_file="model-config.yaml",
+    )
+
+
 MLP_SEED = 1234
 
 

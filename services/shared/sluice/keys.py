@@ -62,6 +62,11 @@ def cancel(model: str, version: str, job_id: str) -> str:
     return f"{_version_tag(model, version)}:cancel:{job_id}"
 
 
+# How long a closed (ended, idle, timed out) sequence's hash outlives it, so that a request for it is
+# told it was closed rather than starting it again unasked.
+CLOSED_SEQUENCE_MEMORY_MS = 10 * 60 * 1000
+
+
 def sequence(model: str, version: str, sequence_id: str) -> str:
     """Hash of one sequence of a stateful version: its holder (worker id, "" while unassigned), when
     it was last used, whether it ended, how many requests it served and its saved state. Outlives

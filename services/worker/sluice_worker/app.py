@@ -23,12 +23,14 @@ from sluice_worker.broker.job_stream import JobQueue
 from sluice_worker.broker.presence import Presence
 from sluice_worker.broker.reclaim import Reclaimer
 from sluice_worker.broker.redis_source import RedisJobSource
+from sluice_worker.broker.sequences.source import SequenceJobSource
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.model_fetch import FetchError, model_folder
 from sluice_worker.protocols import Protocols
 from sluice_worker.retries import until_done
+from sluice_worker.sequence_state import SequenceStates
 from sluice_worker.settings import WorkerSettings
-from sluice_worker.startup import enter_model_dir, wait_for_record
+from sluice_worker.startup import enter_model_dir, export_sequence_header_names, wait_for_record
 from sluice_worker.torch_thread import HandlerExit, TorchThread
 from sluice_worker.usage import usage_refresher
 from sluice_worker.worker import Worker
@@ -57,15 +59,19 @@ class _Started:
     worker_id: str
     worker: Worker
     presence: Presence
-    source: RedisJobSource
+    source: RedisJobSource | SequenceJobSource
+    # A stateful model's: whether its handler saves sequence state (see _stop_serving).
+    saves_state: bool = False
 
 
 async def _run(
     settings: WorkerSettings, torch_thread: TorchThread, redis: "aioredis.Redis", hot: PipelinedRedis
 ) -> ExitCode:
+    # SIGTERM sets `stop`; the loop stops reading once `serving_stop` is set (see _stop_serving).
     stop = asyncio.Event()
+    serving_stop = asyncio.Event()
     _on_signals(stop)
-    starting = asyncio.create_task(_start(settings, torch_thread, redis, hot, stop), name="startup")
+    starting = asyncio.create_task(_start(settings, torch_thread, redis, hot, serving_stop), name="startup")
     stop_requested = asyncio.create_task(stop.wait(), name="stop")
     await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
     stop_requested.cancel()
@@ -80,15 +86,38 @@ async def _run(
     # The startup task bound it in its own context copy.
     structlog.contextvars.bind_contextvars(worker=started.worker_id)
     heartbeat = asyncio.create_task(started.presence.run(), name="heartbeat")
+    stopping = asyncio.create_task(_stop_serving(stop, serving_stop, started, settings), name="stopping")
     try:
         exit_code = await started.worker.serve()
     finally:
+        stopping.cancel()
         started.presence.stop()
         await heartbeat
     await until_done(started.presence.withdraw, "withdraw")
     await until_done(started.source.leave, "leave the consumer group")
     log.info("worker stopped", exit_code=int(exit_code))
     return exit_code
+
+
+async def _stop_serving(
+    stop: asyncio.Event, serving_stop: asyncio.Event, started: _Started, settings: WorkerSettings
+) -> None:
+    """On SIGTERM, stop the loop's reading. A stateful model's worker first says it is UNLOADING
+    (no new sequences come to it) and, when its handler cannot save sequence state, serves the
+    sequences it holds until they close or ``sequence_drain_s`` passes; the rest are handed over
+    when it leaves (lost, for such a handler)."""
+    await stop.wait()
+    source = started.source
+    if isinstance(source, SequenceJobSource):
+        source.drain()
+        await until_done(lambda: started.presence.set_status(WorkerStatus.UNLOADING), "announce UNLOADING")
+        if not started.saves_state and source.holding:
+            log.info("serving held sequences before stopping", sequences=source.holding)
+            try:
+                await asyncio.wait_for(source.none_held(), settings.sequence_drain_s)
+            except TimeoutError:
+                log.warning("sequences still open; handing them over", sequences=source.holding)
+    serving_stop.set()
 
 
 async def _start(
@@ -114,6 +143,9 @@ async def _start(
         log.error("cannot get the model's files", error=str(exc))
         return ExitCode.LOAD_FAILED
     record = dataclasses.replace(record, model_dir=str(folder))
+    export_sequence_header_names(
+        settings.header_key_sequence_id, settings.header_key_sequence_start, settings.header_key_sequence_end
+    )
     try:
         enter_model_dir(record.model_dir, record.handler)
     except OSError as exc:
@@ -125,17 +157,16 @@ async def _start(
         return ExitCode.LOAD_FAILED
     service, choice = loaded
 
-    queue = JobQueue(redis, hot, model, version, consumer=worker_id)
-    await until_done(queue.ensure_group, "create consumer group")
-    reclaimer = Reclaimer(
-        redis,
-        queue,
-        model,
-        version,
-        max_deliveries=record.max_deliveries,
-        min_idle_ms=settings.heartbeat_ttl_ms,
-    )
-    source = RedisJobSource(queue, reclaimer)
+    source: RedisJobSource | SequenceJobSource
+    sequences = None
+    if record.stateful:
+        source = SequenceJobSource(redis, hot, record, worker_id)
+        await until_done(source.start, "find the sequence inboxes")
+        sequences = SequenceStates(
+            runtime.sequence_hooks(service), record.sequence_state_max_bytes, torch_thread
+        )
+    else:
+        source = await _job_queue_source(redis, hot, record, worker_id, settings)
     presence = Presence(
         redis,
         model,
@@ -159,6 +190,7 @@ async def _start(
         service=service,
         stopping=stop,
         protocols=Protocols(record.tensors, decode_input_request=settings.decode_input_request),
+        sequences=sequences,
     )
     await until_done(presence.announce, "announce READY")
     # What startup built (modules, the model, the handler) lives as long as the process: keep it out
@@ -167,7 +199,31 @@ async def _start(
     log.info(
         "worker ready", device=choice.device, batch_size=record.batch_size, policy=record.batch_policy.value
     )
-    return _Started(worker_id, worker, presence, source)
+    return _Started(
+        worker_id, worker, presence, source, saves_state=bool(sequences and sequences.saves_state)
+    )
+
+
+async def _job_queue_source(
+    redis: "aioredis.Redis",
+    hot: PipelinedRedis,
+    record: VersionRecord,
+    worker_id: str,
+    settings: WorkerSettings,
+) -> RedisJobSource:
+    """The version's shared job stream, read through its consumer group."""
+    model, version = record.model_name, record.version
+    queue = JobQueue(redis, hot, model, version, consumer=worker_id)
+    await until_done(queue.ensure_group, "create consumer group")
+    reclaimer = Reclaimer(
+        redis,
+        queue,
+        model,
+        version,
+        max_deliveries=record.max_deliveries,
+        min_idle_ms=settings.heartbeat_ttl_ms,
+    )
+    return RedisJobSource(queue, reclaimer)
 
 
 async def _load(

@@ -6,12 +6,26 @@ from sluice.envelope import Job
 
 
 @dataclass(frozen=True)
+class SequenceTurn:
+    """A stateful model's job: its sequence, and what the worker must do before running it."""
+
+    sequence_id: str
+    # The state the handler saved for the sequence, to load first: the sequence moved here from a
+    # worker that died or stopped (handlers that opt in, see sluice_worker.sequence_state).
+    restore: bytes | None = None
+    # The sequence moved here without a saved state after its handler had run: the job fails with
+    # "sequence state lost: worker died" rather than run on empty state.
+    lost: bool = False
+
+
+@dataclass(frozen=True)
 class Delivery:
     # What the broker acknowledges the job by (a stream entry id on Redis); opaque to the loop.
     receipt: bytes
     job: Job
     # Delivery count of the entry (1 = first delivery); replies carry it as Reply.attempt.
     attempt: int = 1
+    sequence: SequenceTurn | None = None
 
     @property
     def job_id(self) -> str:

@@ -16,6 +16,7 @@ from ts.model_loader import TsModelLoader
 from sluice_worker import device
 from sluice_worker.protocols import NO_TENSORS, TsRequest
 from sluice_worker.protocols.kserve import KServe
+from sluice_worker.sequence_state import StateHooks, find_hooks
 from sluice_worker.sink import ReplySink
 
 # The metrics definitions TorchServe's frontend hands its workers by default.
@@ -71,6 +72,13 @@ def load_service(spec: LoadSpec) -> HandlerService:
         service._entry_point = KServe(spec.tensors).tensor_entry_point(service._entry_point)
     loaded: HandlerService = service
     return loaded
+
+
+def sequence_hooks(service: HandlerService) -> StateHooks | None:
+    """The loaded handler's sequence-state functions (sluice_worker.sequence_state), if it has them."""
+    entry_point = getattr(service, "_entry_point", None)
+    entry_point = getattr(entry_point, "__wrapped__", entry_point)
+    return None if entry_point is None else find_hooks(entry_point)
 
 
 def predict(service: HandlerService, requests: list[TsRequest], sink: ReplySink) -> bytes:

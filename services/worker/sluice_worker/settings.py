@@ -20,6 +20,9 @@ class WorkerSettings(CommonSettings):
     TS_KEYS: ClassVar[dict[str, str]] = {
         **CommonSettings.TS_KEYS,
         "decode_input_request": "decode_input_request",
+        "ts_header_key_sequence_id": "header_key_sequence_id",
+        "ts_header_key_sequence_start": "header_key_sequence_start",
+        "ts_header_key_sequence_end": "header_key_sequence_end",
     }
 
     model_name: str
@@ -44,6 +47,16 @@ class WorkerSettings(CommonSettings):
     # workers of this host ("" : <SLUICE_HOME>/model-cache; containers get a volume here).
     model_cache_dir: str = ""
     home: Path = Path("var")
+    # Where a stateful handler finds the sequence (context.get_sequence_id): TorchServe's keys; the
+    # gateway's must name the same headers.
+    header_key_sequence_id: str = "ts_request_sequence_id"
+    header_key_sequence_start: str = "ts_request_sequence_start"
+    header_key_sequence_end: str = "ts_request_sequence_end"
+    # A stopping worker of a stateful model whose handler cannot save sequence state serves the
+    # sequences it holds until they close, for up to this long, before it hands them over (they are
+    # then lost); with saved states it hands them over at once. Below the manager's
+    # sluice_worker_stop_timeout_s, which ends in SIGKILL.
+    sequence_drain_s: NonNegativeFloat = 20.0
 
     def check(self) -> None:
         # These end up inside Redis keys and log lines.

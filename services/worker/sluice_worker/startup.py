@@ -56,3 +56,11 @@ def enter_model_dir(model_dir: str, handler: str) -> None:
     for path in reversed(search_paths(model_dir, handler)):
         if path not in sys.path:
             sys.path.insert(0, path)
+
+
+def export_sequence_header_names(id_key: str, start_key: str, end_key: str) -> None:
+    """Tell TorchServe's ``Context`` which request headers carry the sequence (it reads them from
+    the environment when the handler loads)."""
+    os.environ["TS_REQUEST_SEQUENCE_ID"] = id_key
+    os.environ["TS_REQUEST_SEQUENCE_START"] = start_key
+    os.environ["TS_REQUEST_SEQUENCE_END"] = end_key

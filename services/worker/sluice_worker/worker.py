@@ -22,6 +22,7 @@ from sluice_worker.exit_codes import ExitCode
 from sluice_worker.protocols import Protocols, TsRequest
 from sluice_worker.replies import WORKER_DIED, Outgoing, ReplyBook, failure
 from sluice_worker.retries import until_done
+from sluice_worker.sequence_state import SequenceStates, StateUpdate
 from sluice_worker.sink import ReplySink
 from sluice_worker.torch_thread import HandlerExit, TorchThread
 
@@ -63,6 +64,7 @@ class Worker:
         service: runtime.HandlerService,
         stopping: asyncio.Event,
         protocols: Protocols | None = None,
+        sequences: SequenceStates | None = None,
     ) -> None:
         self._batching = batching
         self._response_timeout_s = response_timeout_s
@@ -75,6 +77,8 @@ class Worker:
         self._read_backoff = Backoff()
         # How each job's request becomes a handler row and each result a reply payload.
         self._protocols = protocols or Protocols()
+        # A stateful model's: lost sequences, restoring and saving states (None: stateless).
+        self._sequences = sequences
         # Replies and acks sent but not yet confirmed (see _finish), with how to send them again.
         self._unconfirmed: list[tuple[Awaitable[None], Callable[[], Awaitable[None]]]] = []
         # Handler requests of jobs read ahead while the previous batch ran (see _prefetch).
@@ -201,7 +205,13 @@ class Worker:
         """One handler call for ``batch`` (minus skipped jobs), then replies and acks in one pipeline.
         With ``prefetch``, also the jobs read for the next batch meanwhile."""
         prepared = {delivery.receipt: self._prepared.pop(delivery.receipt, None) for delivery in batch}
-        live, outgoing = await self._screen(batch)
+        states: dict[str, StateUpdate] = {}
+        outgoing: list[Outgoing] = []
+        current = batch
+        if self._sequences is not None:
+            current, outgoing = await self._sequences.restore(batch, states)
+        live, skipped = await self._screen(current)
+        outgoing += skipped
         requests: list[TsRequest] = []
         runnable: list[Delivery] = []
         for delivery in live:
@@ -220,9 +230,11 @@ class Worker:
             else:
                 results, exit_code = await call
             self._call_time_s += CALL_TIME_WEIGHT * (self._torch.last_call_s - self._call_time_s)
+            if self._sequences is not None and exit_code is None:
+                results = await self._sequences.save(runnable, results, states)
             outgoing += results
         batch_size = len(runnable)
-        self._finish(lambda: self._source.finish(outgoing, batch, batch_size=batch_size))
+        self._finish(lambda: self._source.finish(outgoing, batch, batch_size=batch_size, states=states))
         return exit_code, prefetched
 
     def _finish(self, send: Callable[[], Awaitable[None]]) -> None:

@@ -31,6 +31,8 @@ FAST_ENV = {
     "SLUICE_READ_BLOCK_MS": "200",
     "SLUICE_RECORD_WAIT_S": "30",
     "SLUICE_LOG_LEVEL": "info",
+    # Stopping workers of stateful models hand unsaved sequences over after a second, not 20.
+    "SLUICE_SEQUENCE_DRAIN_S": "1",
 }
 READY_TIMEOUT_S = 60.0
 

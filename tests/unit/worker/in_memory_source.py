@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence, Set
+from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ from sluice_worker.broker.source import BrokerUnavailable
 from sluice_worker.delivery import Delivery
 from sluice_worker.protocols import TsRequest
 from sluice_worker.replies import Outgoing
+from sluice_worker.sequence_state import NO_STATES, StateUpdate
 from ts.protocol.otf_message_handler import create_predict_response
 
 _receipts = itertools.count(1)
@@ -52,6 +53,7 @@ class Finished:
     outgoing: list[Outgoing]
     done: list[Delivery]
     batch_size: int
+    states: dict[str, StateUpdate] = field(default_factory=dict)
 
 
 @dataclass
@@ -113,12 +115,17 @@ class InMemoryJobSource:
         self.published.extend(outgoing)
 
     def finish(
-        self, outgoing: Sequence[Outgoing], done: Sequence[Delivery], *, batch_size: int = 0
+        self,
+        outgoing: Sequence[Outgoing],
+        done: Sequence[Delivery],
+        *,
+        batch_size: int = 0,
+        states: Mapping[str, StateUpdate] = NO_STATES,
     ) -> Awaitable[None]:
         if self.failing_finishes:
             self.failing_finishes -= 1
             return self._fail()
-        self.finished.append(Finished(list(outgoing), list(done), batch_size))
+        self.finished.append(Finished(list(outgoing), list(done), batch_size, dict(states)))
         return self._done()
 
     async def _done(self) -> None:

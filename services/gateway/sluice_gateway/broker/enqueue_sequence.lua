@@ -62,7 +62,7 @@ if not live() then
   if old then redis.call('SREM', prefix .. ':held:' .. old, sid) end
   local holder = choose_holder()
   if holder == '' then
-    if redis.call('HLEN', KEYS[2]) > 0 or redis.call('HGET', KEYS[1], 'scale_from_zero') ~= '1' then
+    if redis.call('HGET', KEYS[1], 'scale_from_zero') ~= '1' then
       return 'NO_WORKER'
     end
     cold = true
@@ -72,9 +72,8 @@ if not live() then
     'deadline_ms', life_ms > 0 and now + life_ms or 0)
   redis.call('SADD', prefix .. ':held:' .. holder, sid)
   redis.call('SADD', KEYS[6], holder)
-  if holder ~= '' then
-    redis.call('XADD', prefix .. ':inbox:' .. holder, '*', 's', sid)
-  end
+  -- Wakes the holder (or, for '', every worker of the version: the first to take it holds it).
+  redis.call('XADD', prefix .. ':inbox:' .. holder, 'MAXLEN', '~', 1000, '*', 's', sid)
 elseif start == '1' then
   -- A new start of a live sequence: same holder, its saved state and counters cleared.
   redis.call('HDEL', KEYS[3], 'state', 'lost', 'ended')

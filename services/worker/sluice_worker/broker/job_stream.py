@@ -19,17 +19,13 @@ from redis.exceptions import ResponseError
 from sluice import envelope, keys
 from sluice.log import get_logger
 from sluice.pipelined_redis import Arg, PipelinedRedis
-from sluice.redis_errors import RedisError, ReplyError
+from sluice.redis_errors import ReplyError
 
+from sluice_worker.broker.outbox import DeadLetter, Fields, Outbox, settle
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import Outgoing
 
 log = get_logger(__name__)
-
-# Dead letters kept per version (approximate trim): enough to inspect, bounded memory.
-DEAD_LETTERS_MAXLEN = 1000
-
-Fields = dict[bytes, bytes]
 
 
 @dataclass(frozen=True)
@@ -37,14 +33,6 @@ class PendingEntry:
     entry_id: bytes
     consumer: str
     idle_ms: int
-    deliveries: int
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    entry_id: bytes
-    fields: Fields
-    reason: str
     deliveries: int
 
 
@@ -56,10 +44,8 @@ class JobQueue:
         # Its reply timeout must exceed the longest BLOCK of a read.
         self._hot = hot
         self.stream = keys.job_stream(model, version)
-        self._dead_letters = keys.dead_letters(model, version)
-        self._batch_sizes = keys.batch_sizes(model, version)
-        self._model, self._version = model, version
         self.consumer = consumer
+        self.outbox = Outbox(hot, model, version, consumer)
 
     async def ensure_group(self) -> None:
         """Create the consumer group (and the stream) unless it exists. From the stream's first
@@ -104,16 +90,10 @@ class JobQueue:
         return accepted
 
     async def cancelled(self, deliveries: Sequence[Delivery]) -> list[bool]:
-        """Whether each job's client gave up (its cancel flag exists): one pipelined round trip."""
-        sent = [
-            self._hot.send("EXISTS", keys.cancel(self._model, self._version, delivery.job_id))
-            for delivery in deliveries
-        ]
-        return [bool(flag) for flag in await asyncio.gather(*sent)]
+        return await self.outbox.cancelled(deliveries)
 
     async def publish(self, outgoing: Sequence[Outgoing]) -> None:
-        """Send replies without acking anything (intermediate results)."""
-        await _settle(self._send_replies(outgoing))
+        await self.outbox.publish(outgoing)
 
     def finish(
         self,
@@ -127,28 +107,14 @@ class JobQueue:
         write; await the result to learn whether Redis took them (a lost connection raises; other
         errors are logged). A handler call of ``batch_size`` jobs is counted in the version's
         batch-size histogram (metrics)."""
-        sent = self._send_replies(outgoing)
+        sent = self.outbox.replies(outgoing)
         if batch_size:
-            sent.append(self._hot.send("HINCRBY", self._batch_sizes, str(batch_size), 1))
-        for letter in dead_letters:
-            fields: list[Arg] = [value for pair in letter.fields.items() for value in pair]
-            fields += ["reason", letter.reason, "deliveries", letter.deliveries, "by", self.consumer]
-            sent.append(
-                self._hot.send("XADD", self._dead_letters, "MAXLEN", "~", DEAD_LETTERS_MAXLEN, "*", *fields)
-            )
+            sent.append(self.outbox.batch_size(batch_size))
+        sent += [self.outbox.dead_letter(letter) for letter in dead_letters]
         if entry_ids:
             sent.append(self._hot.send("XACK", self.stream, keys.JOB_GROUP, *entry_ids))
             sent.append(self._hot.send("XDEL", self.stream, *entry_ids))
-        return _settle(sent)
-
-    def _send_replies(self, outgoing: Sequence[Outgoing]) -> "list[asyncio.Future[Any]]":
-        # NOMKSTREAM: a gateway that went away does not get its reply stream recreated.
-        return [
-            self._hot.send(
-                "XADD", item.reply_to, "NOMKSTREAM", "*", envelope.FIELD, envelope.encode_reply(item.reply)
-            )
-            for item in outgoing
-        ]
+        return _settled(sent)
 
     async def consumers(self) -> dict[str, int]:
         """Consumer name -> pending entries, for every consumer of the group."""
@@ -203,19 +169,8 @@ def decode_entries(
     return accepted, poison
 
 
-async def _settle(sent: "list[asyncio.Future[Any]]") -> None:
-    """Wait for the answers of commands already sent: a lost connection raises (the caller retries
-    the whole step), an error reply is logged."""
-    down: RedisError | None = None
-    for future in sent:
-        try:
-            await future
-        except ReplyError as exc:
-            log.error("reply or ack failed", error=str(exc))
-        except RedisError as exc:
-            down = down or exc
-    if down is not None:
-        raise down
+async def _settled(sent: "list[asyncio.Future[Any]]") -> None:
+    await settle(sent)
 
 
 def _fields(flat: list[bytes] | None) -> Fields | None:

@@ -7,6 +7,7 @@ as of the last beat.
 """
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
@@ -14,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sluice import keys
 from sluice.log import get_logger
-from sluice.records import WorkerRecord
+from sluice.records import WorkerRecord, WorkerStatus
 
 log = get_logger(__name__)
 
@@ -51,6 +52,11 @@ class Presence:
             pipe.set(self._heartbeat, self._record.pid, px=self._ttl_ms)
             pipe.hset(self._workers, self._record.worker_id, self._record.to_json())
             await pipe.execute()
+
+    async def set_status(self, status: WorkerStatus) -> None:
+        """Announce a new status now (UNLOADING: a stopping worker that still serves what it holds)."""
+        self._record = dataclasses.replace(self._record, status=status)
+        await self.announce()
 
     async def run(self) -> None:
         """Beat every ``interval_s`` until :meth:`stop`; a Redis outage is logged and waited out."""

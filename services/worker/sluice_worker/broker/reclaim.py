@@ -14,7 +14,8 @@ import redis.asyncio as aioredis
 from sluice import keys
 from sluice.log import get_logger
 
-from sluice_worker.broker.job_stream import DeadLetter, Fields, JobQueue, PendingEntry, decode_entries
+from sluice_worker.broker.job_stream import JobQueue, PendingEntry, decode_entries
+from sluice_worker.broker.outbox import DeadLetter, Fields
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import WORKER_DIED, Outgoing, failure
 

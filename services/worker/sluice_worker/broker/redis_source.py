@@ -2,7 +2,7 @@
 consumer group (:mod:`.job_stream`) and the claim scan for dead workers' jobs (:mod:`.reclaim`).
 Redis failures leave as :class:`~.source.BrokerUnavailable`."""
 
-from collections.abc import Awaitable, Coroutine, Sequence, Set
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence, Set
 from typing import Any, TypeVar
 
 from sluice_worker.broker.job_stream import JobQueue
@@ -11,6 +11,7 @@ from sluice_worker.broker.source import BrokerUnavailable
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import Outgoing
 from sluice_worker.retries import REDIS_FAILED
+from sluice_worker.sequence_state import NO_STATES, StateUpdate
 
 T = TypeVar("T")
 
@@ -40,7 +41,12 @@ class RedisJobSource:
         await _mapped(self._stream.publish(outgoing))
 
     def finish(
-        self, outgoing: Sequence[Outgoing], done: Sequence[Delivery], *, batch_size: int = 0
+        self,
+        outgoing: Sequence[Outgoing],
+        done: Sequence[Delivery],
+        *,
+        batch_size: int = 0,
+        states: Mapping[str, StateUpdate] = NO_STATES,
     ) -> Coroutine[Any, Any, None]:
         # Sent now (in this loop turn's write); only the answers are awaited later.
         sent = self._stream.finish(outgoing, [d.receipt for d in done], batch_size=batch_size)

@@ -7,11 +7,12 @@ A broker that cannot be reached raises :class:`BrokerUnavailable`, never its cli
 the loop waits it out.
 """
 
-from collections.abc import Awaitable, Sequence, Set
+from collections.abc import Awaitable, Mapping, Sequence, Set
 from typing import Protocol
 
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import Outgoing
+from sluice_worker.sequence_state import NO_STATES, StateUpdate
 
 
 class BrokerUnavailable(Exception):
@@ -39,11 +40,17 @@ class JobSource(Protocol):
         ...
 
     def finish(
-        self, outgoing: Sequence[Outgoing], done: Sequence[Delivery], *, batch_size: int = 0
+        self,
+        outgoing: Sequence[Outgoing],
+        done: Sequence[Delivery],
+        *,
+        batch_size: int = 0,
+        states: Mapping[str, StateUpdate] = NO_STATES,
     ) -> Awaitable[None]:
         """Send the replies, then acknowledge ``done``, now (in one write with whatever the loop sends
         next); await the result to learn whether the broker took them. ``batch_size``: a handler call
-        of that many jobs, for the batch-size metric."""
+        of that many jobs, for the batch-size metric; ``states``: what to record for the batch's
+        sequences (stateful models)."""
         ...
 
     async def leave(self) -> None:

@@ -17,6 +17,7 @@ request set ``binary_data_output`` false), only the requested outputs, and id / 
 model_version filled in. Every job is one row: the batch dimension of a request stays in its arrays.
 """
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -175,6 +176,7 @@ class KServe:
         bytes before TorchServe serializes it (it would refuse arrays)."""
         declared = {spec.name: spec.datatype for spec in self._tensors.outputs}
 
+        @functools.wraps(entry_point)
         def handle(data: Any, context: Any) -> Any:
             result = entry_point(data, context)
             if data is None or not isinstance(result, list):
