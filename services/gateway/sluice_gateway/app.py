@@ -167,7 +167,13 @@ class Gateway:
 
         settings = self.settings
         rest = inference_listener(
-            settings, self.plane, self.cache, ModelHealth(self.redis), self.kserve, self._rest_middlewares()
+            settings,
+            self.plane,
+            self.cache,
+            ModelHealth(self.redis),
+            self.kserve,
+            self.sequence_headers,
+            self._rest_middlewares(),
         )
         self.listeners.append(rest)
         self.rest_port = await rest.start()

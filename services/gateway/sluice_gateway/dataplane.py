@@ -221,7 +221,7 @@ class DataPlane:
             raise _refused(call, admission, model, step)
         pending.cold = admission is Admission.ADMITTED_COLD
         self._count_request(model, call.version)
-        if step is not None:
+        if step is not None and record.stateful:
             pending.sequence_id = step.sequence_id
         pending.arm(loop, expires_at)
         return pending

@@ -50,6 +50,11 @@ def checked(step: SequenceStep) -> SequenceStep:
     return step
 
 
+def correlation_id_required(model: str) -> str:
+    """Triton's answer to a stateful model's KServe v2 request that names no sequence."""
+    return f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
+
+
 def refusal(
     protocol: "WireProtocol.ValueType", admission: Admission, model: str, sequence_id: str
 ) -> SluiceError:

@@ -84,3 +84,26 @@ async def test_every_change_is_heard_with_the_change_in_place(
     await store.remove("m", "2.0", last=True)
     assert (await next_event(events))[1] == (None, set())
     assert await store.model_names() == []
+
+
+async def test_removal_deletes_the_sequences_of_a_stateful_version(redis_client: "aioredis.Redis") -> None:
+    store = RegistryStore(redis_client)
+    await store.add(version("1.0", sequence_batching=True, sequence_max_idle_ms=1000), make_default=True)
+    await store.add(version("1.1"), make_default=False)
+    sequence_keys = [
+        keys.sequence("m", "1.0", "s*1"),  # ids may hold glob characters
+        keys.sequence_jobs("m", "1.0", "s*1"),
+        keys.live_sequences("m", "1.0"),
+        keys.held_sequences("m", "1.0", ""),
+        keys.held_sequences("m", "1.0", "w1"),
+        keys.sequence_holders("m", "1.0"),
+        keys.sequence_inbox("m", "1.0", "w1"),
+    ]
+    for key in sequence_keys:
+        await redis_client.set(key, b"x")
+    other = keys.sequence("m", "1.1", "s*1")
+    await redis_client.set(other, b"x")
+
+    await store.remove("m", "1.0", last=False)
+    assert await redis_client.exists(*sequence_keys) == 0
+    assert await redis_client.exists(other) == 1, "another version's sequences stay"

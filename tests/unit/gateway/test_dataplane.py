@@ -10,6 +10,7 @@ import pytest
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.records import VersionRecord
+from sluice_gateway.broker.seam import SequenceStep
 from sluice_gateway.dataplane import DataPlane, InferenceCall
 from sluice_gateway.inflight import PendingJob
 from sluice_gateway.registry_cache import model_not_found
@@ -360,3 +361,49 @@ async def test_a_lost_reply_path_fails_every_waiting_call() -> None:
         assert caught.value is lost
     assert len(setup.admission.cancelled) == 2  # their jobs may still run: workers skip them
     assert setup.waiting == 0
+
+
+# Sequences (stateful models) ---------------------------------------------------------------------
+STATEFUL = {"sequence_batching": True, "sequence_max_idle_ms": 1000}
+
+
+def stateful_setup(**fields: Any) -> Setup:
+    setup = Setup()
+    setup.resolver.records = [record(response_timeout_s=30, **{**STATEFUL, **fields})]
+    return setup
+
+
+async def test_a_stateful_call_that_names_no_sequence_starts_one_when_the_transport_asks() -> None:
+    setup = stateful_setup()
+    rest = InferenceCall(WireProtocol.TORCHSERVE_REST, "echo", "", b"r", missing_sequence=None)
+    job = await setup.plane.submit_stream(rest)
+    sent = await setup.next_job()
+    assert job.sequence_id.startswith("ts-seq-")
+    assert len(job.sequence_id) == len("ts-seq-") + 36
+    assert (sent.sequence_id, sent.sequence_start, sent.sequence_end) == (job.sequence_id, True, False)
+    assert dict(sent.headers) == {
+        "ts_request_sequence_id": job.sequence_id,
+        "ts_request_sequence_start": "true",
+    }
+    job.close()
+
+
+async def test_a_stateful_call_that_names_no_sequence_is_refused_with_the_transports_text() -> None:
+    setup = stateful_setup()
+    kserve = InferenceCall(WireProtocol.KSERVE, "echo", "", b"r", missing_sequence="name a sequence")
+    error = await refused(setup, lambda: setup.plane.submit(kserve))
+    assert (error.code, error.message) == (ErrorCode.INVALID_ARGUMENT, "name a sequence")
+    assert setup.admission.jobs() == []
+
+
+async def test_only_a_stateful_models_job_names_its_sequence_to_the_transport() -> None:
+    """A model that is not stateful routes as before: the handler still sees the sequence headers."""
+    setup = Setup()
+    step = SequenceStep("s1", start=True)
+    job = await setup.plane.submit_stream(
+        InferenceCall(WireProtocol.TORCHSERVE_REST, "echo", "", b"r", sequence=step, missing_sequence=None)
+    )
+    sent = await setup.next_job()
+    assert job.sequence_id == ""
+    assert dict(sent.headers) == {"ts_request_sequence_id": "s1", "ts_request_sequence_start": "true"}
+    job.close()

@@ -78,6 +78,19 @@ def test_config_without_batching_and_decoupled() -> None:
     assert config.instance_group[0].kind == pb.ModelInstanceGroup.KIND_GPU
 
 
+def test_config_of_a_stateful_version_reports_the_sequence_batcher() -> None:
+    stateful = {"sequence_batching": True, "sequence_max_idle_ms": 3000, "max_batch_delay_ms": 7}
+    config = grpc_codec.model_config(model_config(record("m", "1.0", batch_size=4, **stateful))).config
+    assert config.WhichOneof("scheduling_choice") == "sequence_batching"
+    assert config.sequence_batching.max_sequence_idle_microseconds == 3_000_000
+    assert config.sequence_batching.WhichOneof("strategy_choice") == "direct"
+    assert config.sequence_batching.direct.max_queue_delay_microseconds == 7000
+    # sequenceBatching without an idle time: not stateful (TorchServe's rule), so no sequence batcher.
+    plain = {**stateful, "sequence_max_idle_ms": 0}
+    config = grpc_codec.model_config(model_config(record("m", "1.0", batch_size=4, **plain))).config
+    assert config.WhichOneof("scheduling_choice") == "dynamic_batching"
+
+
 def test_server_metadata_lists_exactly_the_implemented_extensions() -> None:
     message = grpc_codec.server_metadata(ServerMetadata("sluice", "0.1.0", EXTENSIONS))
     assert list(message.extensions) == ["model_configuration", "statistics", "parameters"]

@@ -10,6 +10,7 @@ from sluice_gateway.kserve.grpc_wire import (
     stream_response,
     top_level_fields,
     varint,
+    without_parameters,
 )
 
 
@@ -52,3 +53,29 @@ def test_stream_response_wraps_the_response_and_sets_the_final_flag(final: bool)
     assert response.raw_output_contents == [b"\1" * 300]
     assert response.parameters["triton_final_response"].bool_param is final
     assert "x" in response.parameters
+
+
+def test_without_parameters_drops_only_the_named_request_parameters() -> None:
+    request = pb.ModelInferRequest(
+        model_name="m",
+        id="r",
+        parameters={
+            "sequence_id": pb.InferParameter(int64_param=7),
+            "sequence_end": pb.InferParameter(bool_param=True),
+            "temperature": pb.InferParameter(double_param=0.5),
+        },
+        inputs=[
+            pb.ModelInferRequest.InferInputTensor(
+                name="x", parameters={"sequence_id": pb.InferParameter(string_param="kept")}
+            )
+        ],
+        raw_input_contents=[b"\x01" * 200],
+    )
+    raw = request.SerializeToString()
+    stripped = pb.ModelInferRequest.FromString(without_parameters(raw, {"sequence_id", "sequence_end"}))
+    expected = pb.ModelInferRequest()
+    expected.CopyFrom(request)
+    del expected.parameters["sequence_id"]
+    del expected.parameters["sequence_end"]
+    assert stripped == expected, "tensor parameters and everything else are kept"
+    assert without_parameters(raw, {"other"}) == raw

@@ -26,6 +26,15 @@ DESCRIBE_ORDER = [
 ]  # fmt: skip
 
 
+SEQUENCE_FIELDS = [
+    "stateful",
+    "sequenceMaxIdleMSec",
+    "sequenceTimeoutMSec",
+    "maxNumSequence",
+    "maxSequenceJobQueueSize",
+]
+
+
 @pytest.mark.parametrize(
     ("total", "limit", "token", "expected"),
     [
@@ -86,6 +95,26 @@ def test_describe_entry_order_and_values() -> None:
 def test_describe_shows_the_autoscalers_choice() -> None:
     view = VersionView(record(min_workers=1, max_workers=4), (), pending_jobs=9, desired_workers=3)
     assert describe_json(view)["autoscaling"]["desiredWorkers"] == 3
+
+
+def test_describe_shows_the_sequence_settings_as_torchserve_does() -> None:
+    off = describe_json(VersionView(record(), (), pending_jobs=0))
+    assert [off[k] for k in SEQUENCE_FIELDS] == [False, 0, 0, 0, 0]
+    stateful = record(
+        sequence_batching=True, sequence_max_idle_ms=500, sequence_timeout_ms=9000,
+        max_sequence_job_queue_size=3, max_num_sequence=2, batch_size=4, max_workers=2,
+    )  # fmt: skip
+    entry = describe_json(VersionView(stateful, (), pending_jobs=0))
+    # maxNumSequence is the effective limit: max(maxNumSequence, batchSize * maxWorkers).
+    assert [entry[k] for k in SEQUENCE_FIELDS] == [True, 500, 9000, 8, 3]
+    no_idle_time = record(sequence_batching=True, max_num_sequence=5)
+    assert [describe_json(VersionView(no_idle_time, (), 0))[k] for k in SEQUENCE_FIELDS] == [
+        False,
+        0,
+        0,
+        0,
+        0,
+    ]
 
 
 def test_describe_customized_metadata_comes_last() -> None:

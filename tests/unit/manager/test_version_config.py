@@ -14,6 +14,7 @@ from sluice_manager.models.version_config import (
     default_model_name,
     parse_models_json,
 )
+from structlog.testing import capture_logs
 
 DEFAULTS = ServerDefaults()
 
@@ -283,3 +284,57 @@ def test_min_workers_zero_with_a_maximum_scales_from_zero() -> None:
     # Without room above zero the yaml's range is ignored, as TorchServe ignores minWorkers 0.
     ignored = record(yaml={"minWorkers": 0, "maxWorkers": 0})
     assert (ignored.min_workers, ignored.max_workers) == (0, 0)
+
+
+def test_sequence_keys_of_a_stateful_model() -> None:
+    off = record()
+    assert (off.stateful, off.sequence_batching, off.sequence_max_idle_ms) == (False, False, 0)
+    assert (off.max_sequence_job_queue_size, off.max_num_sequence, off.sequence_state_max_bytes) == (
+        1, 1, 1024 * 1024,
+    )  # fmt: skip
+    yaml = {
+        "sequenceBatching": True, "sequenceMaxIdleMSec": 60000, "sequenceTimeoutMSec": 120000,
+        "maxSequenceJobQueueSize": 4, "maxNumSequence": 16, "sequenceStateMaxBytes": 4096,
+    }  # fmt: skip
+    r = record(yaml=yaml)
+    assert r.stateful
+    assert (r.sequence_max_idle_ms, r.sequence_timeout_ms) == (60000, 120000)
+    assert (r.max_sequence_job_queue_size, r.max_num_sequence, r.sequence_state_max_bytes) == (4, 16, 4096)
+    # TorchServe reads 0 as 1 for the two limits.
+    zeros = record(
+        yaml={**yaml, "maxSequenceJobQueueSize": 0, "maxNumSequence": 0, "sequenceStateMaxBytes": 0}
+    )
+    assert (zeros.max_sequence_job_queue_size, zeros.max_num_sequence, zeros.sequence_state_max_bytes) == (
+        1, 1, 0,
+    )  # fmt: skip
+
+
+def test_sequence_batching_without_an_idle_time_is_not_stateful_and_warns() -> None:
+    with capture_logs() as logs:
+        r = record(yaml={"sequenceBatching": True})
+    assert r.sequence_batching
+    assert not r.stateful
+    assert [(e["log_level"], e["model"], e["version"]) for e in logs] == [("warning", "m", "1.0")]
+    assert "sequenceMaxIdleMSec" in logs[0]["event"]
+
+
+@pytest.mark.parametrize(
+    ("yaml", "message"),
+    [
+        ({"sequenceBatching": "yes"}, "sequenceBatching must be true or false"),
+        ({"sequenceBatching": 1}, "sequenceBatching must be true or false"),
+        ({"sequenceMaxIdleMSec": "60s"}, "sequenceMaxIdleMSec must be an integer"),
+        ({"sequenceMaxIdleMSec": -1}, "sequenceMaxIdleMSec must be a non-negative integer"),
+        ({"sequenceTimeoutMSec": 1.5}, "sequenceTimeoutMSec must be an integer"),
+        ({"maxSequenceJobQueueSize": -2}, "maxSequenceJobQueueSize must be a non-negative integer"),
+        ({"maxNumSequence": True}, "maxNumSequence must be an integer"),
+        ({"sequenceStateMaxBytes": "1m"}, "sequenceStateMaxBytes must be an integer"),
+    ],
+)
+def test_wrong_sequence_keys_are_refused(yaml: dict[str, Any], message: str) -> None:
+    with pytest.raises(SluiceError) as info:
+        record(yaml=yaml)
+    assert (info.value.code, info.value.message) == (
+        ErrorCode.INVALID_ARGUMENT,
+        f"model-config.yaml: {message}",
+    )

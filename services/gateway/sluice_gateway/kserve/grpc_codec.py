@@ -131,6 +131,16 @@ def model_config(view: ModelConfigView) -> pb.ModelConfigResponse:
                 default_queue_policy=pb.ModelQueuePolicy(max_queue_size=batching.max_queue_size),
             )
         )
+    if view.sequence_batching is not None:
+        sequences = view.sequence_batching
+        config.sequence_batching.CopyFrom(
+            pb.ModelSequenceBatching(
+                max_sequence_idle_microseconds=sequences.max_sequence_idle_us,
+                direct=pb.ModelSequenceBatching.StrategyDirect(
+                    max_queue_delay_microseconds=sequences.max_queue_delay_us
+                ),
+            )
+        )
     return pb.ModelConfigResponse(config=config)
 
 

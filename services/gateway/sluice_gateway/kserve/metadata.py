@@ -52,6 +52,14 @@ class DynamicBatching:
 
 
 @dataclass(frozen=True, slots=True)
+class SequenceBatching:
+    """Triton's sequence batcher with the direct strategy (what a stateful version does)."""
+
+    max_sequence_idle_us: int
+    max_queue_delay_us: int
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfigView:
     name: str
     platform: str
@@ -60,8 +68,10 @@ class ModelConfigView:
     max_batch_size: int
     inputs: tuple[ConfigTensor, ...]
     outputs: tuple[ConfigTensor, ...]
-    # None when the workers run one job per handler call.
+    # None when the workers run one job per handler call, or the version is stateful.
     dynamic_batching: DynamicBatching | None
+    # Set for a stateful version (sequenceBatching): Triton's scheduling_choice is one or the other.
+    sequence_batching: SequenceBatching | None
     decoupled: bool
     instance_count: int
     instance_kind: str  # "KIND_CPU" or "KIND_GPU"
@@ -82,11 +92,14 @@ def model_metadata(record: VersionRecord, versions: Iterable[str]) -> ModelMetad
 
 def model_config(record: VersionRecord) -> ModelConfigView:
     tensors = record.tensors
-    batching = None
-    if record.batch_size > 1:
+    batching, sequences = None, None
+    delay_us = record.max_batch_delay_ms * 1000 if record.batch_size > 1 else 0
+    if record.stateful:
+        sequences = SequenceBatching(record.sequence_max_idle_ms * 1000, delay_us)
+    elif record.batch_size > 1:
         batching = DynamicBatching(
             preferred_batch_size=record.batch_size,
-            max_queue_delay_us=record.max_batch_delay_ms * 1000,
+            max_queue_delay_us=delay_us,
             max_queue_size=record.job_queue_size,
         )
     return ModelConfigView(
@@ -98,6 +111,7 @@ def model_config(record: VersionRecord) -> ModelConfigView:
         inputs=tuple(_config_tensor(spec) for spec in tensors.inputs),
         outputs=tuple(_config_tensor(spec) for spec in tensors.outputs),
         dynamic_batching=batching,
+        sequence_batching=sequences,
         decoupled=tensors.decoupled,
         instance_count=record.min_workers,
         instance_kind="KIND_GPU" if record.device_type == "gpu" else "KIND_CPU",

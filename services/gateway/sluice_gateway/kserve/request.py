@@ -11,6 +11,8 @@ from typing import Literal
 
 from sluice.errors import ErrorCode, SluiceError
 
+from sluice_gateway.broker.seam import SequenceStep
+
 ParameterKind = Literal["bool", "int64", "string", "double", "uint64"]
 ParameterValue = bool | int | str | float
 
@@ -60,12 +62,20 @@ class RequestOptions:
     empty_final_response: bool = False
     # `binary_data_output` = false: answer with typed contents instead of raw_output_contents.
     typed_outputs: bool = False
+    # The sequence the request names (`sequence_id`, `sequence_start`, `sequence_end`); None: none.
+    sequence: SequenceStep | None = None
 
 
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 BINARY_DATA_OUTPUT = "binary_data_output"
-# Triton's reserved request parameters that Sluice accepts and does not act on (no sequence batching).
-IGNORED_RESERVED = frozenset({"sequence_id", "sequence_start", "sequence_end", "headers"})
+SEQUENCE_ID = "sequence_id"
+SEQUENCE_START = "sequence_start"
+SEQUENCE_END = "sequence_end"
+# Triton's sequence parameters: the gateway acts on them, the handler sees TorchServe's sequence
+# headers instead (they are not passed on as custom parameters).
+SEQUENCE_PARAMETERS = frozenset({SEQUENCE_ID, SEQUENCE_START, SEQUENCE_END})
+# Triton's correlation ids are uint64: a negative int64_param names the id it converts to.
+_UINT64 = 2**64
 
 
 def request_options(parameters: Mapping[str, Parameter]) -> RequestOptions:
@@ -81,7 +91,28 @@ def request_options(parameters: Mapping[str, Parameter]) -> RequestOptions:
         priority=_priority(parameters.get("priority")),
         empty_final_response=_flag(parameters, EMPTY_FINAL_RESPONSE, default=False),
         typed_outputs=not _flag(parameters, BINARY_DATA_OUTPUT, default=True),
+        sequence=_sequence(parameters),
     )
+
+
+def _sequence(parameters: Mapping[str, Parameter]) -> SequenceStep | None:
+    """Triton's correlation id and its START / END flags; None when the request names no sequence
+    (no `sequence_id`, or 0 or "", which Triton reads as none)."""
+    start = _flag(parameters, SEQUENCE_START, default=False)
+    end = _flag(parameters, SEQUENCE_END, default=False)
+    parameter = parameters.get(SEQUENCE_ID)
+    if parameter is None:
+        return None
+    value = parameter.value
+    if parameter.kind in ("int64", "uint64") and isinstance(value, int) and not isinstance(value, bool):
+        sequence_id = str(value % _UINT64) if value else ""
+    elif parameter.kind == "string" and isinstance(value, str):
+        sequence_id = value
+    else:
+        raise _invalid(
+            f"invalid value type for '{SEQUENCE_ID}' parameter, expected int64_param or string_param."
+        )
+    return SequenceStep(sequence_id, start=start, end=end) if sequence_id else None
 
 
 def _priority(parameter: Parameter | None) -> int:

@@ -5,7 +5,8 @@ Transports convert their request into :class:`KServeRequest` (and keep the origi
 the worker undecoded as ``Job.request``), await one call here and convert the result back. Requests
 are checked against the version they resolve to before anything is enqueued
 (:mod:`sluice_gateway.kserve.validation`). Responses are built by the worker; this layer returns them as
-bytes.
+bytes. Triton's sequence parameters route a stateful model's request to its sequence (the handler
+sees TorchServe's sequence headers instead of them).
 """
 
 import time
@@ -23,14 +24,21 @@ from sluice.redis_errors import RedisError
 from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE
 from sluice_gateway.dataplane import DataPlane, InferenceCall
 from sluice_gateway.inflight import PendingJob, StreamJob
+from sluice_gateway.kserve.grpc_wire import without_parameters
 from sluice_gateway.kserve.metadata import EXTENSIONS, SERVER_NAME, ModelConfigView, ModelMetadata
 from sluice_gateway.kserve.metadata import model_config as build_model_config
 from sluice_gateway.kserve.metadata import model_metadata as build_model_metadata
 from sluice_gateway.kserve.readiness import RegistryReadiness, version_ready
-from sluice_gateway.kserve.request import KServeRequest, RequestOptions, request_options
+from sluice_gateway.kserve.request import (
+    SEQUENCE_PARAMETERS,
+    KServeRequest,
+    RequestOptions,
+    request_options,
+)
 from sluice_gateway.kserve.stats import InferenceStats, Outcome, VersionStats
 from sluice_gateway.kserve.validation import check_request
 from sluice_gateway.registry_cache import VersionResolver, model_not_found
+from sluice_gateway.sequences import correlation_id_required
 
 T = TypeVar("T")
 
@@ -159,7 +167,7 @@ class KServeService:
         """Run one request to its final reply; returns the worker-built ModelInferResponse bytes."""
         options = request_options(request.parameters)
         _check_version_name(request)
-        admission = self._admission(request, raw, _earliest(timeout_s, options.timeout_s), unary=True)
+        admission = self._admission(request, raw, options, timeout_s, unary=True)
         job = await self._plane.submit(admission.call)
         started_ns, ok = time.monotonic_ns(), False
         try:
@@ -176,7 +184,7 @@ class KServeService:
         options = request_options(request.parameters)
         decoupled = (await self.record(request.model, request.version)).tensors.decoupled
         admission = self._admission(
-            request, raw, _earliest(timeout_s, options.timeout_s), unary=False, stream_in_batch=not decoupled
+            request, raw, options, timeout_s, unary=False, stream_in_batch=not decoupled
         )
         job = await self._plane.submit_stream(admission.call)
         return KServeStream(self, job, request, options, decoupled=decoupled, batch_size=admission.batch_size)
@@ -185,6 +193,7 @@ class KServeService:
         self,
         request: KServeRequest,
         raw: bytes,
+        options: RequestOptions,
         timeout_s: float | None,
         *,
         unary: bool,
@@ -197,14 +206,18 @@ class KServeService:
             if record.tensors.max_batch_size > 0 and request.inputs and request.inputs[0].shape:
                 admission.batch_size = request.inputs[0].shape[0]
 
+        if not SEQUENCE_PARAMETERS.isdisjoint(request.parameters):
+            raw = without_parameters(raw, SEQUENCE_PARAMETERS)
         call = InferenceCall(
             protocol=WireProtocol.KSERVE,
             model=request.model,
             version=request.version,
             request=raw,
-            timeout_s=timeout_s,
+            timeout_s=_earliest(timeout_s, options.timeout_s),
             admit=admit,
             stream_in_batch=stream_in_batch,
+            sequence=options.sequence,
+            missing_sequence=correlation_id_required(request.model),
         )
         admission = _Admission(call)
         return admission

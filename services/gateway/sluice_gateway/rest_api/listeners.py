@@ -14,6 +14,7 @@ from sluice_gateway.metrics.http import MetricsRoutes
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import VersionResolver
 from sluice_gateway.rest_api.server import create_app
+from sluice_gateway.sequences import SequenceHeaders
 from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.torchserve.rest import TorchServeRoutes
 
@@ -24,9 +25,11 @@ def inference_listener(
     resolver: VersionResolver,
     model_health: ModelHealth,
     kserve: KServeService,
+    sequence_headers: SequenceHeaders,
     middlewares: Sequence[Any] = (),
 ) -> HttpListener:
-    routes = TorchServeRoutes(plane, resolver, model_health).routes() + KServeRoutes(kserve).routes()
+    torchserve = TorchServeRoutes(plane, resolver, model_health, sequence_headers)
+    routes = torchserve.routes() + KServeRoutes(kserve).routes()
     app = create_app(routes, max_request_size=settings.max_request_size, extra_middlewares=middlewares)
     address = parse_address(settings.inference_address)
     return HttpListener(app, address, name="inference", cancel_on_disconnect=True)

@@ -4,6 +4,10 @@ Every prediction becomes one batchable job whose replies are all read: one final
 whole response; intermediate replies (``send_intermediate_predict_response``) turn the response into
 ``Transfer-Encoding: chunked`` with the handler's headers (``ts_stream_next: true``). As in
 TorchServe, the HTTP method of prediction routes is not checked; OPTIONS describes the model.
+
+A stateful model's answer names its sequence in a response header named like the request's
+(``ts_request_sequence_id``), whether the client named the sequence or the gateway started it: the
+client needs it for the sequence's next request (TorchServe sends it only if the handler sets it).
 """
 
 from contextlib import aclosing
@@ -19,6 +23,7 @@ from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
 from sluice_gateway.inflight import StreamJob
 from sluice_gateway.registry_cache import VersionResolver
+from sluice_gateway.sequences import SequenceHeaders
 from sluice_gateway.torchserve.openapi import api_description
 from sluice_gateway.torchserve.rest_codec import full_response, stream_response, to_call
 
@@ -26,10 +31,17 @@ log = get_logger(__name__)
 
 
 class TorchServeRoutes:
-    def __init__(self, plane: DataPlane, resolver: VersionResolver, model_health: ModelHealth) -> None:
+    def __init__(
+        self,
+        plane: DataPlane,
+        resolver: VersionResolver,
+        model_health: ModelHealth,
+        sequence_headers: SequenceHeaders,
+    ) -> None:
         self._plane = plane
         self._resolver = resolver
         self._model_health = model_health
+        self._sequence_headers = sequence_headers
 
     def routes(self) -> list[web.RouteDef]:
         routes = [
@@ -79,21 +91,29 @@ class TorchServeRoutes:
         self, request: web.Request, model: str, version: str, *, explain: bool, url_path: str | None
     ) -> web.StreamResponse:
         body = await request.read()
-        call = to_call(request, body, model=model, version=version, explain=explain, url_path=url_path)
+        call = to_call(
+            request,
+            body,
+            model=model,
+            version=version,
+            explain=explain,
+            url_path=url_path,
+            names=self._sequence_headers,
+        )
         job = await self._plane.submit_stream(call)
         request[REQUEST_ID] = job.job_id
         try:
-            return await _answer(request, job)
+            return await _answer(request, job, self._sequence_headers.id)
         finally:
             job.close()
 
 
-async def _answer(request: web.Request, job: StreamJob) -> web.StreamResponse:
+async def _answer(request: web.Request, job: StreamJob, sequence_header: str) -> web.StreamResponse:
     async with aclosing(job.replies()) as replies:
         first = await anext(replies)
         if first.final:
-            return full_response(first)
-        response = stream_response(first)
+            return _name_sequence(full_response(first), job, sequence_header)
+        response = _name_sequence(stream_response(first), job, sequence_header)
         await response.prepare(request)
         await response.write(first.payload)
         try:
@@ -104,3 +124,10 @@ async def _answer(request: web.Request, job: StreamJob) -> web.StreamResponse:
             raise StreamBroken(error.message) from error
         await response.write_eof()
         return response
+
+
+def _name_sequence(response: web.StreamResponse, job: StreamJob, header: str) -> web.StreamResponse:
+    """Name a stateful model's sequence in the response, unless the handler already did."""
+    if job.sequence_id:
+        response.headers.setdefault(header, job.sequence_id)
+    return response

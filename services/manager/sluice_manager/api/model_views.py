@@ -98,8 +98,11 @@ def worker_json(worker: WorkerView) -> Json:
 
 def describe_json(view: VersionView, customized: Json | None = None) -> Json:
     """One DescribeModel entry. Features Sluice does not implement (continuous batching, job tickets,
-    per-model venvs, sequence batching, model parallelism) report TorchServe's off values."""
+    per-model venvs, model parallelism) report TorchServe's off values. The sequence settings show
+    as TorchServe shows them: when ``sequenceMaxIdleMSec`` is set, ``maxNumSequence`` the effective
+    limit; ``stateful`` says whether the model is."""
     record = view.record
+    sequences = record.sequence_max_idle_ms > 0
     entry: Json = {
         "modelName": record.model_name,
         "modelVersion": record.version,
@@ -120,11 +123,11 @@ def describe_json(view: VersionView, customized: Json | None = None) -> Json:
         "continuousBatching": False,
         "useJobTicket": False,
         "useVenv": False,
-        "stateful": False,
-        "sequenceMaxIdleMSec": 0,
-        "sequenceTimeoutMSec": 0,
-        "maxNumSequence": 0,
-        "maxSequenceJobQueueSize": 0,
+        "stateful": record.stateful,
+        "sequenceMaxIdleMSec": record.sequence_max_idle_ms,
+        "sequenceTimeoutMSec": record.sequence_timeout_ms if sequences else 0,
+        "maxNumSequence": record.live_sequence_limit if sequences else 0,
+        "maxSequenceJobQueueSize": record.max_sequence_job_queue_size if sequences else 0,
         "loadedAtStartup": record.loaded_at_startup,
         "workers": [worker_json(worker) for worker in view.workers],
         "jobQueueStatus": {

@@ -16,6 +16,9 @@ torchserve.md section 5.3:
   autoscaling between ``minWorkers`` and ``maxWorkers`` ``targetJobsPerWorker`` (default: twice the
   batch size), ``scaleUpAfterMSec`` (2000), ``scaleDownAfterMSec`` (60000), ``scaleCooldownMSec``
   (10000).
+- Stateful models, from the yaml only: ``sequenceBatching`` (with ``sequenceMaxIdleMSec`` > 0, else
+  the model is not stateful, as in TorchServe), ``sequenceTimeoutMSec``, ``maxSequenceJobQueueSize``
+  and ``maxNumSequence`` (0 reads as 1, as in TorchServe), and Sluice's ``sequenceStateMaxBytes``.
 """
 
 import json
@@ -25,11 +28,14 @@ from typing import Any
 from sluice import names
 from sluice.errors import ErrorCode, SluiceError
 from sluice.kserve.declaration import ModelTensors, parse_model_tensors
+from sluice.log import get_logger
 from sluice.records import BatchPolicy, VersionRecord
 
 from sluice_manager.memory_sizes import parse_bytes
 from sluice_manager.models.archives import printable
 from sluice_manager.models.manifest import ArchiveContents
+
+log = get_logger(__name__)
 
 DEFAULT_BATCH_SIZE = 1
 DEFAULT_MAX_BATCH_DELAY_MS = 100
@@ -170,6 +176,7 @@ def build_record(
         registered_unix_ms=now_unix_ms,
         model_yaml_config=contents.model_yaml,
         tensors=_tensors(contents.model_yaml),
+        **_sequences(yaml_conf, name, version),
     )
 
 
@@ -203,6 +210,29 @@ def _scaling(yaml_conf: "_YamlConfig", batch_size: int) -> dict[str, Any]:
             yaml_conf.integer("scaleCooldownMSec"), DEFAULT_SCALE_COOLDOWN_MS
         ),
     }
+
+
+def _sequences(yaml_conf: "_YamlConfig", model: str, version: str) -> dict[str, Any]:
+    """The sequence keys of model-config.yaml, as VersionRecord fields (those not set keep theirs)."""
+    batching = yaml_conf.flag("sequenceBatching")
+    idle_ms = yaml_conf.non_negative("sequenceMaxIdleMSec") or 0
+    if batching and not idle_ms:
+        log.warning(
+            "sequenceBatching without sequenceMaxIdleMSec > 0: the model is not stateful",
+            model=model,
+            version=version,
+        )
+    fields: dict[str, Any] = {
+        "sequence_batching": batching,
+        "sequence_max_idle_ms": idle_ms,
+        "sequence_timeout_ms": yaml_conf.non_negative("sequenceTimeoutMSec") or 0,
+        "max_sequence_job_queue_size": yaml_conf.non_negative("maxSequenceJobQueueSize") or 1,
+        "max_num_sequence": yaml_conf.non_negative("maxNumSequence") or 1,
+    }
+    state_max_bytes = yaml_conf.non_negative("sequenceStateMaxBytes")
+    if state_max_bytes is not None:
+        fields["sequence_state_max_bytes"] = state_max_bytes
+    return fields
 
 
 def _tensors(model_yaml: dict[str, Any]) -> ModelTensors:
@@ -242,6 +272,22 @@ class _YamlConfig:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"model-config.yaml: {key} must be an integer")
+        return value
+
+    def non_negative(self, key: str) -> int | None:
+        value = self.integer(key)
+        if value is not None and value < 0:
+            raise SluiceError(
+                ErrorCode.INVALID_ARGUMENT, f"model-config.yaml: {key} must be a non-negative integer"
+            )
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.raw.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"model-config.yaml: {key} must be true or false")
         return value
 
     def text(self, key: str) -> str | None:

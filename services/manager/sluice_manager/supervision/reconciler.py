@@ -202,7 +202,11 @@ class Reconciler:
         stored = await self.store.scaling_state(model, version)
         state = stored or autoscale.initial_state(settings)
         now = self.clock()
-        signal = await self.store.signal(model, version, now) if settings.autoscaled else Signal(now, 0, 0)
+        signal = (
+            await self.store.signal(model, version, now, stateful=record.stateful)
+            if settings.autoscaled
+            else Signal(now, 0, 0)
+        )
         room = self._slots(capacity) - others
         decision = autoscale.decide(settings, state, signal, max(room, 1))
         if decision.change is not None:
@@ -234,7 +238,9 @@ class Reconciler:
         model, version = key
         announced = await self.store.announced(model, version)
         launched = await self._note_ready(launched, announced)
-        busy = await self.store.busy_workers(model, version)
+        busy = await self.store.busy_workers(
+            model, version, stateful=registered is not None and registered.record.stateful
+        )
         observed = self._observe(launched, announced, busy, states)
         streak = await self.store.restart_streak(model, version)
         wait_s = 0.0

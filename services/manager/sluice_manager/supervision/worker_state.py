@@ -133,8 +133,11 @@ class WorkerStateStore:
             return True
         return bool(await self.redis.hlen(keys.workers(model, version)))
 
-    async def busy_workers(self, model: str, version: str) -> set[str]:
-        """Consumers of the version's job group that hold unacknowledged jobs."""
+    async def busy_workers(self, model: str, version: str, *, stateful: bool = False) -> set[str]:
+        """Consumers of the version's job group that hold unacknowledged jobs; for a stateful
+        version, the workers holding sequences."""
+        if stateful:
+            return await self._holders(model, version)
         try:
             summary = await self.redis.xpending(keys.job_stream(model, version), keys.JOB_GROUP)
         except ResponseError:  # no stream or group yet
@@ -160,10 +163,13 @@ class WorkerStateStore:
     async def next_worker_id(self) -> str:
         return await registry.next_worker_id(self.redis)
 
-    async def signal(self, model: str, version: str, at_s: float) -> Signal:
+    async def signal(self, model: str, version: str, at_s: float, *, stateful: bool = False) -> Signal:
         """The version's load: jobs in its stream (acknowledged jobs are deleted), those delivered to
         a worker and not yet acknowledged, and the age of the oldest (its entry id is its enqueue
-        time in ms). One pipelined round trip."""
+        time in ms). One pipelined round trip. A stateful version's jobs wait in their sequences'
+        streams: its load is its live sequences (:meth:`_sequence_signal`)."""
+        if stateful:
+            return await self._sequence_signal(model, version, at_s)
         stream = keys.job_stream(model, version)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.xlen(stream)
@@ -179,6 +185,34 @@ class WorkerStateStore:
         return Signal(
             at_s=at_s, queued=max(jobs - in_flight, 0), in_flight=min(in_flight, jobs), oldest_age_s=age_s
         )
+
+    async def _sequence_signal(self, model: str, version: str, at_s: float) -> Signal:
+        """Live sequences (not idle past their expiry): those no worker holds yet are queued, the
+        others in flight (each holds its worker's attention until it ends or idles out)."""
+        live_key = keys.live_sequences(model, version)
+        now_ms = int(at_s * 1000)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zcount(live_key, now_ms, "+inf")
+            pipe.smembers(keys.held_sequences(model, version, ""))
+            live, unassigned = await pipe.execute()
+        waiting = 0
+        if unassigned:
+            # The set of unassigned sequences may still name some that idled out before a holder came.
+            expiries = await self.redis.zmscore(live_key, list(unassigned))
+            waiting = sum(1 for expiry in expiries if expiry is not None and expiry >= now_ms)
+        return Signal(at_s=at_s, queued=waiting, in_flight=max(int(live) - waiting, 0))
+
+    async def _holders(self, model: str, version: str) -> set[str]:
+        """The workers that hold at least one sequence of the version."""
+        workers = [_text(w) for w in await self.redis.smembers(keys.sequence_holders(model, version))]
+        workers = [worker for worker in workers if worker]  # "" stands for "no worker yet"
+        if not workers:
+            return set()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for worker in workers:
+                pipe.scard(keys.held_sequences(model, version, worker))
+            held = await pipe.execute()
+        return {worker for worker, count in zip(workers, held, strict=True) if count}
 
     async def scaling_state(self, model: str, version: str) -> ScalingState | None:
         raw = await self.redis.hget(keys.SCALING, _version_field(model, version))
