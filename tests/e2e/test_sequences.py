@@ -42,7 +42,8 @@ def model(name: str, *, save_state: bool) -> ModelSpec:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    started = Stack.create(tmp_path_factory.mktemp("sequences"))
+    # Stopping workers hand unsaved sequences over after 2 s (the default waits up to 20 s for them).
+    started = Stack.create(tmp_path_factory.mktemp("sequences"), "sluice_sequence_drain_s=2\n")
     for spec in (model("acc", save_state=False), model("keeper", save_state=True)):
         write_mar(spec, started.store)
     started.start(["acc.mar", "keeper.mar"])
@@ -100,20 +101,21 @@ def test_a_request_without_a_sequence_id_gets_torchserves_in_stream_error_and_th
     assert answer(next(r for r in responses if not r.HasField("status")))["total"] == 2
 
 
-def test_predictions_joins_a_sequence_through_its_input_markers_and_refuses_one_without(stack: Stack) -> None:
+def test_predictions_joins_the_sequence_its_request_names_and_refuses_one_without(stack: Stack) -> None:
     with grpc.insecure_channel(stack.grpc_target) as channel:
         stub = pb_grpc.InferenceAPIsServiceStub(channel)
-        totals = []
-        for value in (3, 4):
-            request = pb.PredictionsRequest(
-                model_name="acc", input={"data": str(value).encode(), "ts_request_sequence_id": b"unary"}
-            )
-            totals.append(json.loads(stub.Predictions(request, timeout=CALL_TIMEOUT_S).prediction)["total"])
+        totals = [
+            json.loads(stub.Predictions(step("acc", "unary", value), timeout=CALL_TIMEOUT_S).prediction)[
+                "total"
+            ]
+            for value in (3, 4)
+        ]
         assert totals == [3, 7]
+        unnamed = pb.PredictionsRequest(model_name="acc", input={"data": b"1"})
         with pytest.raises(grpc.RpcError) as refused:
-            stub.Predictions(pb.PredictionsRequest(model_name="acc", input={"data": b"1"}), timeout=CALL_TIMEOUT_S)
+            stub.Predictions(unnamed, timeout=CALL_TIMEOUT_S)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert refused.value.details() == "Parameter sequenceId is required."
+    assert (refused.value.details() or "").startswith("Parameter sequenceId is required.")
 
 
 def _run_then_kill_holder(stack: Stack, model_name: str, sid: str) -> tuple[list[dict[str, Any]], int]:
@@ -146,8 +148,12 @@ def test_a_killed_workers_unsaved_sequence_fails_clearly_and_new_ones_are_served
 
 
 def rest(stack: Stack, model_name: str, body: bytes, headers: dict[str, str]) -> tuple[dict[str, Any], Any]:
+    headers = {"content-type": "text/plain", **headers}
     request = urllib.request.Request(
-        f"http://127.0.0.1:{stack.http_port}/predictions/{model_name}", data=body, headers=headers, method="POST"
+        f"http://127.0.0.1:{stack.http_port}/predictions/{model_name}",
+        data=body,
+        headers=headers,
+        method="POST",
     )
     with urllib.request.urlopen(request, timeout=CALL_TIMEOUT_S) as response:
         return json.loads(response.read()), response.headers
@@ -180,8 +186,22 @@ def v2_infer(stack: Stack, value: int, **parameters: Any) -> kpb.ModelInferRespo
         else:
             request.parameters[key].string_param = given
     with grpc.insecure_channel(stack.grpc_target) as channel:
-        reply: kpb.ModelInferResponse = GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=CALL_TIMEOUT_S)
+        reply: kpb.ModelInferResponse = GRPCInferenceServiceStub(channel).ModelInfer(
+            request, timeout=CALL_TIMEOUT_S
+        )
         return reply
+
+
+def v2_total(reply: kpb.ModelInferResponse) -> int:
+    """The handler's answer (a JSON string) as Sluice returns it over v2: one BYTES output."""
+    [output] = reply.outputs
+    raw = (
+        output.contents.bytes_contents[0]
+        if output.contents.bytes_contents
+        else reply.raw_output_contents[0][4:]
+    )
+    total: int = json.loads(raw)["total"]
+    return total
 
 
 def test_kserve_v2_sequences_follow_tritons_start_and_end_flags(stack: Stack) -> None:
@@ -195,9 +215,12 @@ def test_kserve_v2_sequences_follow_tritons_start_and_end_flags(stack: Stack) ->
         v2_infer(stack, 1, sequence_id=4242)
     assert unstarted.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "must specify the START flag" in (unstarted.value.details() or "")
-    v2_infer(stack, 2, sequence_id=4242, sequence_start=True)
-    v2_infer(stack, 3, sequence_id=4242)
-    v2_infer(stack, 4, sequence_id=4242, sequence_end=True)
+    totals = [
+        v2_total(v2_infer(stack, 2, sequence_id=4242, sequence_start=True)),
+        v2_total(v2_infer(stack, 3, sequence_id=4242)),
+        v2_total(v2_infer(stack, 4, sequence_id=4242, sequence_end=True)),
+    ]
+    assert totals == [2, 5, 9]
     with pytest.raises(grpc.RpcError) as ended:
         v2_infer(stack, 1, sequence_id=4242)
     assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -322,13 +322,20 @@ STATEFUL_HANDLER = _source("""
                 if start:
                     self.totals.pop(sid, None)
                 raw = row.get("data") or row.get("body")
+                v2 = isinstance(raw, dict)
+                if v2:  # KServe v2 (TorchServe's OIP form): the first input's value
+                    raw = raw["inputs"][0]["data"][0]
                 value = int(raw.decode() if isinstance(raw, (bytes, bytearray)) else raw)
                 total = self.totals.get(sid, torch.zeros((), dtype=torch.int64)) + value
                 self.totals[sid] = total
-                out.append(json.dumps({
+                answer = json.dumps({
                     "sequence": sid, "total": int(total), "pid": os.getpid(), "batch": batch,
                     "start": start, "end": end,
-                }))
+                })
+                if v2:
+                    output = {"name": "answer", "datatype": "BYTES", "shape": [1], "data": [answer]}
+                    answer = {"outputs": [output]}
+                out.append(answer)
                 if end:
                     self.totals.pop(sid, None)
             if self.sleep_s:

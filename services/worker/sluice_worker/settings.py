@@ -23,6 +23,7 @@ class WorkerSettings(CommonSettings):
         "ts_header_key_sequence_id": "header_key_sequence_id",
         "ts_header_key_sequence_start": "header_key_sequence_start",
         "ts_header_key_sequence_end": "header_key_sequence_end",
+        "sluice_sequence_drain_s": "sequence_drain_s",
     }
 
     model_name: str

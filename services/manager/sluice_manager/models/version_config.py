@@ -196,22 +196,6 @@ def _workers(
     return workers, workers
 
 
-def _scaling(yaml_conf: "_YamlConfig", batch_size: int) -> dict[str, Any]:
-    """The autoscaling keys of model-config.yaml, with their defaults."""
-    return {
-        "target_jobs_per_worker": yaml_conf.positive_number("targetJobsPerWorker") or 2.0 * batch_size,
-        "scale_up_after_ms": _first_not_negative(
-            yaml_conf.integer("scaleUpAfterMSec"), DEFAULT_SCALE_UP_AFTER_MS
-        ),
-        "scale_down_after_ms": _first_not_negative(
-            yaml_conf.integer("scaleDownAfterMSec"), DEFAULT_SCALE_DOWN_AFTER_MS
-        ),
-        "scale_cooldown_ms": _first_not_negative(
-            yaml_conf.integer("scaleCooldownMSec"), DEFAULT_SCALE_COOLDOWN_MS
-        ),
-    }
-
-
 def _sequences(yaml_conf: "_YamlConfig", model: str, version: str) -> dict[str, Any]:
     """The sequence keys of model-config.yaml, as VersionRecord fields (those not set keep theirs)."""
     batching = yaml_conf.flag("sequenceBatching")
