@@ -122,6 +122,7 @@ def write_archives(settings: list[Setting], store: Path) -> None:
     from model_archiver.model_packaging import generate_model_archive
 
     weights = build_weights(WORK / "weights" / "gru.pt")
+    store.mkdir(parents=True, exist_ok=True)
     logging.getLogger().setLevel(logging.WARNING)  # the archiver logs every file at INFO
     for setting in settings:
         config = WORK / "configs" / setting.name / "model-config.yaml"
