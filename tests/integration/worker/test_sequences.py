@@ -242,6 +242,11 @@ async def test_a_sequence_with_saved_state_survives_its_worker_killed(
     moved = result(after)
     assert moved["total"] == 10
     assert moved["pid"] != before[0]["pid"]
+    # The dead holder's bookkeeping goes with it.
+    dead = next(w.worker_id for w in started if w.pid == before[0]["pid"])
+    assert dead is not None
+    assert not await client.sismember(keys.sequence_holders("saver", "1.0"), dead)
+    assert not await client.exists(keys.sequence_inbox("saver", "1.0", dead))
 
 
 async def test_a_sequence_without_saved_state_fails_clearly_after_its_worker_is_killed(

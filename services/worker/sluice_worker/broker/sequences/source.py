@@ -40,10 +40,11 @@ _FINISH = (_HERE / "finish.lua").read_text()
 _TAKEOVER = (_HERE / "takeover.lua").read_text()
 _SWEEP = (_HERE / "sweep.lua").read_text()
 _HANDOVER = (_HERE / "handover.lua").read_text()
-# A dead worker's entry in the holders set goes once it holds nothing.
+# A dead worker's entry in the holders set, and its inbox, go once it holds nothing.
 _FORGET_HOLDER = """
-if redis.call('SCARD', KEYS[1]) == 0 then return redis.call('SREM', KEYS[2], ARGV[1]) end
-return 0
+if redis.call('SCARD', KEYS[1]) > 0 then return 0 end
+redis.call('DEL', KEYS[3])
+return redis.call('SREM', KEYS[2], ARGV[1])
 """
 # Inbox entries read per stream and read (the sequences' streams only ever give their first entry).
 INBOX_PAGE = 64
@@ -231,7 +232,8 @@ class SequenceJobSource:
             if worker != self._me or sid not in self._holdings:
                 await self._take_over(sid, worker)
         if worker not in (UNASSIGNED, self._me):
-            await self._forget_holder(keys=[held_key, self._holders], args=[worker])
+            inbox = keys.sequence_inbox(self._model, self._version, worker)
+            await self._forget_holder(keys=[held_key, self._holders, inbox], args=[worker])
 
     async def _take_over(self, sid: str, worker: str) -> None:
         script_keys = [
