@@ -10,6 +10,7 @@ import grpc
 import redis.asyncio as aioredis
 from sluice import keys
 from sluice.envelope import Job, Reply, WireProtocol
+from sluice.records import WorkerRecord, WorkerStatus
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
 from sluice_gateway.app import Gateway
@@ -96,6 +97,36 @@ async def test_cluster_gauges_read_from_redis(  # type: ignore[no-untyped-def]
     assert f'sluice_batch_size_bucket{{{one}le="+Inf",}} 5.0\n' in text
     assert f"sluice_batch_size_count{{{one}}} 5.0\n" in text
     assert f"sluice_batch_size_sum{{{one}}} 11.0\n" in text
+    assert f"sluice_worker_memory_bytes{{{one}worker=" in text
+    assert "GPUUtilization" not in text  # no worker on a GPU
+
+
+async def test_workers_on_a_gpu_show_torchserves_gpu_gauges(  # type: ignore[no-untyped-def]
+    metrics_http, redis_client: aioredis.Redis
+) -> None:
+    await register(redis_client)
+    record = WorkerRecord(
+        worker_id="9042",
+        pid=1,
+        host="gpu-host",
+        status=WorkerStatus.READY,
+        started_unix_ms=1,
+        device="cuda:1",
+        gpu=True,
+        gpu_id=1,
+        memory_bytes=2048,
+        gpu_utilization_percent=37.0,
+        gpu_memory_used_mib=1024.0,
+    )
+    await redis_client.hset(keys.workers("echo", "1.0"), "9042", record.to_json())
+    await redis_client.set(keys.heartbeat("echo", "1.0", "9042"), 1, px=60_000)
+    text = await scrape(metrics_http)
+    labels = (
+        'Level="Host",DeviceId="1",Hostname="gpu-host",model_name="echo",model_version="1.0",worker="9042",'
+    )
+    assert f"GPUUtilization{{{labels}}} 37.0\n" in text
+    assert f"GPUMemoryUsed{{{labels}}} 1024.0\n" in text
+    assert 'sluice_worker_memory_bytes{model_name="echo",model_version="1.0",worker="9042",} 2048.0\n' in text
 
 
 async def test_metrics_need_no_token_and_stay_up_without_redis(  # type: ignore[no-untyped-def]

@@ -6,6 +6,9 @@
 - ``sluice_desired_workers``: the workers the manager's autoscaler wants the version to run.
 - ``sluice_batch_size``: histogram of handler batch sizes; workers HINCRBY ``keys.batch_sizes`` once
   per batch, in the pipeline that writes the batch's replies.
+- Per live worker, from the record it refreshes with every heartbeat: ``sluice_worker_memory_bytes``
+  (resident memory) and, on a GPU, TorchServe's ``GPUUtilization`` (percent) and ``GPUMemoryUsed``
+  (MiB) with its labels (Level, DeviceId, Hostname) plus the worker's.
 
 A scrape costs three pipelined round trips whatever the number of versions (the autoscaler's state
 comes with the first).
@@ -18,6 +21,7 @@ from typing import Any
 
 from sluice import keys, registry
 from sluice.control_redis import ControlRedis
+from sluice.records import WorkerRecord
 
 from sluice_gateway.metrics.exposition import MetricFamily, Sample, histogram_samples
 
@@ -33,6 +37,8 @@ class VersionStats:
     batch_sizes: dict[int, int]
     # None until the manager's autoscaler has looked at the version.
     desired_workers: int | None = None
+    # The live workers' records (memory and GPU use as of their last heartbeat).
+    workers: tuple[WorkerRecord, ...] = ()
 
     @property
     def labels(self) -> list[tuple[str, str]]:
@@ -61,23 +67,34 @@ async def read_stats(redis: ControlRedis) -> list[VersionStats]:
         pipe.hgetall(keys.SCALING)
         for model, version in versions:
             pipe.xlen(keys.job_stream(model, version))
-            pipe.hkeys(keys.workers(model, version))
+            pipe.hgetall(keys.workers(model, version))
             pipe.hgetall(keys.batch_sizes(model, version))
         scaling, *raw = await pipe.execute()
     desired = _desired_counts(scaling)
-    workers = [[_text(w) for w in raw[i * 3 + 1]] for i in range(len(versions))]
+    workers = [_records(raw[i * 3 + 1]) for i in range(len(versions))]
     async with redis.pipeline(transaction=False) as pipe:
-        for (model, version), ids in zip(versions, workers, strict=True):
-            for worker_id in ids:
-                pipe.exists(keys.heartbeat(model, version, worker_id))
+        for (model, version), records in zip(versions, workers, strict=True):
+            for record in records:
+                pipe.exists(keys.heartbeat(model, version, record.worker_id))
         alive = iter(await pipe.execute())
     stats = []
     for i, (model, version) in enumerate(versions):
-        live = sum(1 for _ in workers[i] if next(alive))
+        live = tuple(record for record in workers[i] if next(alive))
         sizes = {int(size): int(count) for size, count in raw[i * 3 + 2].items() if _text(size).isdigit()}
         wanted = desired.get(f"{model}:{version}")
-        stats.append(VersionStats(model, version, int(raw[i * 3]), live, sizes, wanted))
+        stats.append(VersionStats(model, version, int(raw[i * 3]), len(live), sizes, wanted, live))
     return stats
+
+
+def _records(raw: dict[Any, Any]) -> list[WorkerRecord]:
+    """Worker records as announced (unreadable ones are skipped: they count as no worker)."""
+    records = []
+    for value in raw.values():
+        try:
+            records.append(WorkerRecord.from_json(value))
+        except ValueError:
+            continue
+    return records
 
 
 def _desired_counts(scaling: dict[Any, Any]) -> dict[str, int]:
@@ -125,7 +142,47 @@ def families(stats: Sequence[VersionStats]) -> list[MetricFamily]:
             for sample in histogram_samples("sluice_batch_size", s.labels, s.batch_sizes, BATCH_SIZE_BOUNDS)
         ],
     )
-    return [depth, workers, desired, batches]
+    return [depth, workers, desired, batches, *_worker_families(stats)]
+
+
+def _worker_families(stats: Sequence[VersionStats]) -> list[MetricFamily]:
+    memory = MetricFamily(
+        "sluice_worker_memory_bytes",
+        "gauge",
+        "Resident memory of each live worker (as of its last heartbeat).",
+        [
+            Sample("sluice_worker_memory_bytes", [*s.labels, ("worker", w.worker_id)], w.memory_bytes)
+            for s in stats
+            for w in s.workers
+        ],
+    )
+    on_gpu = [(s, w) for s in stats for w in s.workers if w.gpu and w.gpu_id is not None]
+    if not on_gpu:
+        return [memory]
+
+    def gpu_labels(s: VersionStats, w: WorkerRecord) -> list[tuple[str, str]]:
+        # TorchServe's labels for its GPU metrics, then the worker's.
+        return [
+            ("Level", "Host"),
+            ("DeviceId", str(w.gpu_id)),
+            ("Hostname", w.host),
+            *s.labels,
+            ("worker", w.worker_id),
+        ]
+
+    utilization = MetricFamily(
+        "GPUUtilization",
+        "gauge",
+        "Torchserve prometheus gauge metric with unit: Percent",
+        [Sample("GPUUtilization", gpu_labels(s, w), w.gpu_utilization_percent) for s, w in on_gpu],
+    )
+    used = MetricFamily(
+        "GPUMemoryUsed",
+        "gauge",
+        "Torchserve prometheus gauge metric with unit: Megabytes",
+        [Sample("GPUMemoryUsed", gpu_labels(s, w), w.gpu_memory_used_mib) for s, w in on_gpu],
+    )
+    return [memory, utilization, used]
 
 
 def _text(value: bytes | str) -> str:
