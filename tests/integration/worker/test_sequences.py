@@ -5,7 +5,7 @@ death moves its sequences with their saved states, or fails the rest of them wit
 import asyncio
 import json
 import signal
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,35 +83,35 @@ async def admission(module_redis: RedisServer) -> AsyncIterator[RedisJobAdmissio
         await pipelined.close()
 
 
-async def _stack(
-    client: "aioredis.Redis",
-    admission: RedisJobAdmission,
-    module_redis: RedisServer,
-    tmp_path: Path,
-    workers: list[WorkerProcess],
-    spec: models.ModelSpec,
-    count: int,
-    **fields: Any,
-) -> tuple[Sequences, list[WorkerProcess]]:
-    record = await register(client, spec, tmp_path, **{**STATEFUL, **fields})
-    started = [WorkerProcess(module_redis.url, spec.name, "1.0", tmp_path).start() for _ in range(count)]
-    workers.extend(started)
-    for worker in started:
-        worker.wait_ready()
-    replies = await ReplyStream(client).open()
-    return Sequences(admission, record, replies), started
+Start = Callable[..., Awaitable[tuple[Sequences, list[WorkerProcess]]]]
 
 
-async def test_each_sequence_runs_in_order_on_one_worker_and_sequences_share_batches(
+@pytest.fixture
+def start(
     module_redis: RedisServer,
     client: "aioredis.Redis",
     admission: RedisJobAdmission,
     tmp_path: Path,
     workers: list[WorkerProcess],
-) -> None:
-    sequences, _ = await _stack(
-        client, admission, module_redis, tmp_path, workers, models.stateful_model("acc"), 2
-    )
+) -> Start:
+    """Register ``spec`` as a stateful version (``fields`` over STATEFUL) and start ``count`` READY
+    workers; the sequences sender and the workers."""
+
+    async def started(
+        spec: models.ModelSpec, count: int, **fields: Any
+    ) -> tuple[Sequences, list[WorkerProcess]]:
+        record = await register(client, spec, tmp_path, **{**STATEFUL, **fields})
+        new = [WorkerProcess(module_redis.url, spec.name, "1.0", tmp_path).start() for _ in range(count)]
+        workers.extend(new)
+        for worker in new:
+            worker.wait_ready()
+        return Sequences(admission, record, await ReplyStream(client).open()), new
+
+    return started
+
+
+async def test_each_sequence_runs_in_order_on_one_worker_and_sequences_share_batches(start: Start) -> None:
+    sequences, _ = await start(models.stateful_model("acc"), 2)
     steps = 6
     sent: dict[str, list[str]] = {}
     for step in range(1, steps + 1):
@@ -136,15 +136,9 @@ async def test_each_sequence_runs_in_order_on_one_worker_and_sequences_share_bat
 
 
 async def test_an_ended_sequence_closes_and_a_later_request_for_it_is_refused(
-    module_redis: RedisServer,
-    client: "aioredis.Redis",
-    admission: RedisJobAdmission,
-    tmp_path: Path,
-    workers: list[WorkerProcess],
+    start: Start, client: "aioredis.Redis"
 ) -> None:
-    sequences, (worker,) = await _stack(
-        client, admission, module_redis, tmp_path, workers, models.stateful_model("ending"), 1
-    )
+    sequences, (worker,) = await start(models.stateful_model("ending"), 1)
     _, first = await sequences.send("s", 5)
     _, last = await sequences.send("s", 7, end=True)
     answers = [result(reply) for reply in await sequences.answers([first, last])]
@@ -160,19 +154,8 @@ async def test_an_ended_sequence_closes_and_a_later_request_for_it_is_refused(
     assert result((await sequences.answers([again]))[0])["total"] == 3
 
 
-async def test_an_idle_sequence_is_closed_and_let_go(
-    module_redis: RedisServer,
-    client: "aioredis.Redis",
-    admission: RedisJobAdmission,
-    tmp_path: Path,
-    workers: list[WorkerProcess],
-) -> None:
-    sequences, (worker,) = await _stack(
-        client,
-        admission,
-        module_redis,
-        tmp_path,
-        workers,
+async def test_an_idle_sequence_is_closed_and_let_go(start: Start, client: "aioredis.Redis") -> None:
+    sequences, (worker,) = await start(
         models.stateful_model("idler"),
         1,
         sequence_max_idle_ms=300,
@@ -184,19 +167,8 @@ async def test_an_idle_sequence_is_closed_and_let_go(
     assert (await sequences.send("s", 1))[0] is Admission.SEQUENCE_CLOSED
 
 
-async def test_max_num_sequence_refuses_one_more_live_sequence(
-    module_redis: RedisServer,
-    client: "aioredis.Redis",
-    admission: RedisJobAdmission,
-    tmp_path: Path,
-    workers: list[WorkerProcess],
-) -> None:
-    sequences, _ = await _stack(
-        client,
-        admission,
-        module_redis,
-        tmp_path,
-        workers,
+async def test_max_num_sequence_refuses_one_more_live_sequence(start: Start) -> None:
+    sequences, _ = await start(
         models.stateful_model("limited"),
         1,
         max_num_sequence=2,
@@ -228,15 +200,9 @@ async def _moved_after_kill(
 
 
 async def test_a_sequence_with_saved_state_survives_its_worker_killed(
-    module_redis: RedisServer,
-    client: "aioredis.Redis",
-    admission: RedisJobAdmission,
-    tmp_path: Path,
-    workers: list[WorkerProcess],
+    start: Start, client: "aioredis.Redis"
 ) -> None:
-    sequences, started = await _stack(
-        client, admission, module_redis, tmp_path, workers, models.stateful_model("saver", save_state=True), 2
-    )
+    sequences, started = await start(models.stateful_model("saver", save_state=True), 2)
     before, after = await _moved_after_kill(sequences, started, "s")
     assert [a["total"] for a in before] == [1, 3, 6]
     moved = result(after)
@@ -249,16 +215,8 @@ async def test_a_sequence_with_saved_state_survives_its_worker_killed(
     assert not await client.exists(keys.sequence_inbox("saver", "1.0", dead))
 
 
-async def test_a_sequence_without_saved_state_fails_clearly_after_its_worker_is_killed(
-    module_redis: RedisServer,
-    client: "aioredis.Redis",
-    admission: RedisJobAdmission,
-    tmp_path: Path,
-    workers: list[WorkerProcess],
-) -> None:
-    sequences, started = await _stack(
-        client, admission, module_redis, tmp_path, workers, models.stateful_model("forgetful"), 2
-    )
+async def test_a_sequence_without_saved_state_fails_clearly_after_its_worker_is_killed(start: Start) -> None:
+    sequences, started = await start(models.stateful_model("forgetful"), 2)
     _, after = await _moved_after_kill(sequences, started, "s")
     assert (after.error_code, after.message) == (ErrorCode.ABORTED.value, "sequence state lost: worker died")
     # The rest of that sequence fails the same way; a new sequence is served by the survivor.
@@ -268,15 +226,9 @@ async def test_a_sequence_without_saved_state_fails_clearly_after_its_worker_is_
     assert result((await sequences.answers([fresh]))[0])["total"] == 7
 
 
-async def test_a_job_running_when_its_worker_dies_runs_again_from_the_saved_state(
-    module_redis: RedisServer,
-    client: "aioredis.Redis",
-    admission: RedisJobAdmission,
-    tmp_path: Path,
-    workers: list[WorkerProcess],
-) -> None:
+async def test_a_job_running_when_its_worker_dies_runs_again_from_the_saved_state(start: Start) -> None:
     spec = models.stateful_model("slow-saver", save_state=True, sleep_s=1.0)
-    sequences, started = await _stack(client, admission, module_redis, tmp_path, workers, spec, 2)
+    sequences, started = await start(spec, 2)
     _, first = await sequences.send("s", 1)
     holder_pid = result((await sequences.answers([first]))[0])["pid"]
     _, second = await sequences.send("s", 2)
@@ -290,16 +242,10 @@ async def test_a_job_running_when_its_worker_dies_runs_again_from_the_saved_stat
 
 
 async def test_an_oversized_state_fails_its_request_and_the_sequence_goes_on(
-    module_redis: RedisServer,
-    client: "aioredis.Redis",
-    admission: RedisJobAdmission,
-    tmp_path: Path,
-    workers: list[WorkerProcess],
+    start: Start, client: "aioredis.Redis"
 ) -> None:
     spec = models.stateful_model("bloated", save_state=True, state_bytes=2048)
-    sequences, _ = await _stack(
-        client, admission, module_redis, tmp_path, workers, spec, 1, sequence_state_max_bytes=1024
-    )
+    sequences, _ = await start(spec, 1, sequence_state_max_bytes=1024)
     _, first = await sequences.send("s", 1)
     reply = (await sequences.answers([first]))[0]
     assert reply.error_code == ErrorCode.HANDLER_FAILED.value
@@ -309,15 +255,9 @@ async def test_an_oversized_state_fails_its_request_and_the_sequence_goes_on(
     assert (await sequences.answers([second]))[0].error_code == ErrorCode.HANDLER_FAILED.value
 
 
-async def test_a_stopping_worker_hands_its_sequences_over_with_their_states(
-    module_redis: RedisServer,
-    client: "aioredis.Redis",
-    admission: RedisJobAdmission,
-    tmp_path: Path,
-    workers: list[WorkerProcess],
-) -> None:
+async def test_a_stopping_worker_hands_its_sequences_over_with_their_states(start: Start) -> None:
     spec = models.stateful_model("handover", save_state=True)
-    sequences, started = await _stack(client, admission, module_redis, tmp_path, workers, spec, 2)
+    sequences, started = await start(spec, 2)
     ids = {sid: (await sequences.send(sid, 10))[1] for sid in ("a", "b", "c", "d")}
     answers = {
         sid: result(reply)

@@ -16,7 +16,8 @@ from sluice_worker.sequence_state import NO_STATES, StateUpdate
 T = TypeVar("T")
 
 
-async def _mapped(pending: Awaitable[T]) -> T:
+async def mapped(pending: Awaitable[T]) -> T:
+    """``pending``'s result; a failed Redis command raises BrokerUnavailable instead."""
     try:
         return await pending
     except REDIS_FAILED as exc:
@@ -29,16 +30,16 @@ class RedisJobSource:
         self._reclaimer = reclaimer
 
     async def read(self, count: int, block_ms: int | None) -> list[Delivery]:
-        return await _mapped(self._stream.read(count, block_ms))
+        return await mapped(self._stream.read(count, block_ms))
 
     async def rescue(self, held: Set[bytes]) -> list[Delivery]:
-        return await _mapped(self._reclaimer.scan(held))
+        return await mapped(self._reclaimer.scan(held))
 
     async def cancelled(self, deliveries: Sequence[Delivery]) -> list[bool]:
-        return await _mapped(self._stream.cancelled(deliveries))
+        return await mapped(self._stream.cancelled(deliveries))
 
     async def publish(self, outgoing: Sequence[Outgoing]) -> None:
-        await _mapped(self._stream.publish(outgoing))
+        await mapped(self._stream.publish(outgoing))
 
     def finish(
         self,
@@ -50,7 +51,7 @@ class RedisJobSource:
     ) -> Coroutine[Any, Any, None]:
         # Sent now (in this loop turn's write); only the answers are awaited later.
         sent = self._stream.finish(outgoing, [d.receipt for d in done], batch_size=batch_size)
-        return _mapped(sent)
+        return mapped(sent)
 
     async def leave(self) -> None:
-        await _mapped(self._reclaimer.reap(self._reclaimer.me))
+        await mapped(self._reclaimer.reap(self._reclaimer.me))

@@ -15,7 +15,7 @@ sequences over (handover.lua). Redis failures leave as :class:`BrokerUnavailable
 import asyncio
 from collections.abc import Awaitable, Mapping, Sequence, Set
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import redis.asyncio as aioredis
 from sluice import envelope, keys
@@ -25,15 +25,13 @@ from sluice.pipelined_redis import Arg, PipelinedRedis
 from sluice.records import VersionRecord
 
 from sluice_worker.broker.outbox import DeadLetter, Outbox, settle
+from sluice_worker.broker.redis_source import mapped
 from sluice_worker.broker.sequences.holdings import Held, Holdings
-from sluice_worker.broker.source import BrokerUnavailable
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import WORKER_DIED, Outgoing, failure
-from sluice_worker.retries import REDIS_FAILED
 from sluice_worker.sequence_state import NO_STATES, StateChange, StateUpdate
 
 log = get_logger(__name__)
-T = TypeVar("T")
 
 _HERE = Path(__file__).parent
 _FINISH = (_HERE / "finish.lua").read_text()
@@ -50,13 +48,6 @@ return redis.call('SREM', KEYS[2], ARGV[1])
 INBOX_PAGE = 64
 UNASSIGNED = ""
 _CHANGES = {StateChange.SAVE: "save", StateChange.FORGET: "forget", StateChange.LOSE: "lose"}
-
-
-async def _mapped(pending: Awaitable[T]) -> T:
-    try:
-        return await pending
-    except REDIS_FAILED as exc:
-        raise BrokerUnavailable(str(exc)) from exc
 
 
 class SequenceJobSource:
@@ -119,7 +110,7 @@ class SequenceJobSource:
             self._none_held.set()
 
     async def read(self, count: int, block_ms: int | None) -> list[Delivery]:
-        return await _mapped(self._read(count, block_ms))
+        return await mapped(self._read(count, block_ms))
 
     async def _read(self, count: int, block_ms: int | None) -> list[Delivery]:
         idle = self._holdings.idle()
@@ -201,7 +192,7 @@ class SequenceJobSource:
         """Take over the sequences of dead workers and unassigned ones (unless draining), pick up
         sequences held under this worker's id that it does not know (an earlier life), and let go
         of closed ones. Their jobs come through :meth:`read`; nothing is returned here."""
-        await _mapped(self._rescue())
+        await mapped(self._rescue())
         return []
 
     async def _rescue(self) -> None:
@@ -259,10 +250,10 @@ class SequenceJobSource:
         log.info("sequence taken over", sequence_id=sid, from_worker=worker or None, state_lost=bool(lost))
 
     async def cancelled(self, deliveries: Sequence[Delivery]) -> list[bool]:
-        return await _mapped(self._outbox.cancelled(deliveries))
+        return await mapped(self._outbox.cancelled(deliveries))
 
     async def publish(self, outgoing: Sequence[Outgoing]) -> None:
-        await _mapped(self._outbox.publish(outgoing))
+        await mapped(self._outbox.publish(outgoing))
 
     def finish(
         self,
@@ -273,7 +264,7 @@ class SequenceJobSource:
         states: Mapping[str, StateUpdate] = NO_STATES,
     ) -> Awaitable[None]:
         # Sent now (in this loop turn's write), before the next read: that read finds the next job.
-        return _mapped(self._finish(outgoing, done, states, batch_size))
+        return mapped(self._finish(outgoing, done, states, batch_size))
 
     def _finish(
         self,
@@ -318,7 +309,7 @@ class SequenceJobSource:
 
     async def leave(self) -> None:
         """Hand the sequences still held over to the version's other workers."""
-        count = await _mapped(
+        count = await mapped(
             self._handover(
                 keys=[
                     self._held_key,
