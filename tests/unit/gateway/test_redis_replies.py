@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 from sluice.envelope import FIELD, Reply, encode_reply
 from sluice.errors import ErrorCode, SluiceError
+from sluice_gateway.broker import redis_replies
 from sluice_gateway.broker.redis_replies import RedisReplies, next_id
 
 
@@ -59,3 +60,31 @@ async def test_a_recreated_stream_is_read_from_its_start_and_fails_earlier_calls
     assert caught.value is lost
     replies.dispatch(raw("late", final=False))
     assert (await late.get()).job_id == "late"
+
+
+def test_read_replies_are_trimmed_in_bulk() -> None:
+    replies = make_replies()
+    replies._consume([[b"stream", [[b"1-0", [FIELD, raw("j1")]]]]])
+    assert replies._trim_from == b"1-1"
+    assert not replies._trim_due()  # one reply: not yet
+    many = [[f"2-{n}".encode(), [FIELD, raw(f"j{n}")]] for n in range(redis_replies.TRIM_EVERY_ENTRIES)]
+    replies._consume([[b"stream", many]])
+    assert replies._trim_due()
+
+
+def test_large_replies_are_trimmed_sooner() -> None:
+    replies = make_replies()
+    replies._consume(
+        [[b"stream", [[b"1-0", [FIELD, raw("j1", payload=bytes(redis_replies.TRIM_EVERY_BYTES))]]]]]
+    )
+    assert replies._trim_due()
+
+
+def test_a_reply_waits_at_most_trim_after_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("sluice_gateway.broker.redis_replies.time.monotonic", lambda: clock[0])
+    replies = make_replies()
+    replies._consume([[b"stream", [[b"1-0", [FIELD, raw("j1")]]]]])
+    assert not replies._trim_due()
+    clock[0] += redis_replies.TRIM_AFTER_S
+    assert replies._trim_due()

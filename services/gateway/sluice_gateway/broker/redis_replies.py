@@ -2,11 +2,15 @@
 gateway's own reply stream hands replies to the calls waiting for them (:class:`ReplyWaiters`), keyed
 by job id.
 
-Read entries are trimmed (``XTRIM MINID``) in the same round trip as the next read, so an entry is
-never read twice, even after the read position is reset.
+Read entries are trimmed (``XTRIM MINID``) in the same round trip as a later read, so an entry is
+never read twice, even after the read position is reset. Not after every read: once
+``TRIM_EVERY_ENTRIES`` entries or ``TRIM_EVERY_BYTES`` bytes were read since the last trim, or
+``TRIM_AFTER_S`` after the first of them, or when a read comes back empty. At C=1 that spares each
+call an ``XTRIM``; the stream holds at most a few hundred answered replies.
 """
 
 import asyncio
+import time
 from typing import Any
 
 from sluice.backoff import Backoff
@@ -22,6 +26,9 @@ from sluice_gateway.waiters import ReplyWaiters, StreamWaiter, UnaryWaiter
 log = get_logger(__name__)
 
 START_ID = b"0-0"
+TRIM_EVERY_ENTRIES = 256
+TRIM_EVERY_BYTES = 1 << 20
+TRIM_AFTER_S = 0.5
 
 
 def next_id(entry_id: bytes) -> bytes:
@@ -42,6 +49,10 @@ class RedisReplies:
         self.waiters = ReplyWaiters()
         self._last_id = START_ID
         self._trim_from: bytes | None = None
+        # Read since the last trim: entries, their bytes, and when the trim is due regardless.
+        self._untrimmed = 0
+        self._untrimmed_bytes = 0
+        self._trim_due_at = 0.0
         self._task: asyncio.Task[None] | None = None
 
     # Reply source --------------------------------------------------------------------------------
@@ -73,6 +84,7 @@ class RedisReplies:
         dropped meanwhile. Returns how many."""
         self._last_id = START_ID
         self._trim_from = None
+        self._untrimmed = self._untrimmed_bytes = 0
         return self.waiters.fail_before(mark, error)
 
     def dispatch(self, raw: bytes) -> None:
@@ -109,7 +121,7 @@ class RedisReplies:
     async def read_once(self) -> None:
         """One blocking read (preceded by the trim of what the last read consumed)."""
         trimmed = None
-        if self._trim_from is not None:
+        if self._trim_from is not None and self._trim_due():
             trimmed = self._redis.send("XTRIM", self._stream, "MINID", self._trim_from)
         read = self._redis.send(
             "XREAD", "COUNT", self._count, "BLOCK", self._block_ms, "STREAMS", self._stream, self._last_id
@@ -118,16 +130,30 @@ class RedisReplies:
         if trimmed is not None:  # answered before the read (replies come in order)
             trimmed.result()
             self._trim_from = None
+            self._untrimmed = self._untrimmed_bytes = 0
         if result:
             self._consume(result)
+        else:
+            self._trim_due_at = 0.0  # idle: trim with the next read
+
+    def _trim_due(self) -> bool:
+        return (
+            self._untrimmed >= TRIM_EVERY_ENTRIES
+            or self._untrimmed_bytes >= TRIM_EVERY_BYTES
+            or time.monotonic() >= self._trim_due_at
+        )
 
     def _consume(self, result: Any) -> None:
         """``result`` is XREAD's raw reply: ``[[stream, [[id, [field, value, ...]], ...]]]``."""
+        if self._trim_from is None:
+            self._trim_due_at = time.monotonic() + TRIM_AFTER_S
         for _stream, entries in result:
             for entry_id, fields in entries:
                 raw = _field(fields, FIELD)
                 if raw is not None:
                     self.dispatch(raw)
+                    self._untrimmed_bytes += len(raw)
+                self._untrimmed += 1
                 self._last_id = entry_id
         self._trim_from = next_id(self._last_id)
 

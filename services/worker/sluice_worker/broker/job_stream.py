@@ -109,7 +109,7 @@ class JobQueue:
         batch-size histogram (metrics)."""
         sent = self.outbox.replies(outgoing)
         if batch_size:
-            sent.append(self.outbox.batch_size(batch_size))
+            sent += self.outbox.batch_size(batch_size)
         sent += [self.outbox.dead_letter(letter) for letter in dead_letters]
         if entry_ids:
             sent.append(self._hot.send("XACK", self.stream, keys.JOB_GROUP, *entry_ids))

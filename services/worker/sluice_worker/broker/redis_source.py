@@ -54,4 +54,5 @@ class RedisJobSource:
         return mapped(sent)
 
     async def leave(self) -> None:
+        await mapped(self._stream.outbox.flush())
         await mapped(self._reclaimer.reap(self._reclaimer.me))

@@ -275,7 +275,7 @@ class SequenceJobSource:
     ) -> Awaitable[None]:
         sent = self._outbox.replies(outgoing)
         if batch_size:
-            sent.append(self._outbox.batch_size(batch_size))
+            sent += self._outbox.batch_size(batch_size)
         finishing: list[str] = []
         for delivery in done:
             turn = delivery.sequence
@@ -309,6 +309,7 @@ class SequenceJobSource:
 
     async def leave(self) -> None:
         """Hand the sequences still held over to the version's other workers."""
+        await mapped(self._outbox.flush())
         count = await mapped(
             self._handover(
                 keys=[
