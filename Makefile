@@ -52,17 +52,13 @@ fmt: install
 
 # A Docker engine runs the docker tier and the compose stack's fast checks: scripts/docker_engine.sh
 # installs and starts one when none answers (and stops it afterwards); if none can run, it prints
-# SKIPPED with the reason and those tests skip. The images are built from this tree first (cached
-# layers: seconds). The compat tier runs in its own process: it loads TorchServe's own generated
-# protos, which declare the same protobuf packages as ours.
+# SKIPPED with the reason and those tests skip. The images are built from this tree while the tiers
+# that need no engine run (scripts/test_tiers.sh; cached layers: seconds).
 test: lint
 	bash scripts/docker_engine.sh run $(MAKE) --no-print-directory test-tiers
 
 test-tiers: install
-	bash scripts/compose_images.sh || test $$? = 3
-	$(PYTEST) tests/unit tests/integration tests/e2e tests/docker
-	$(PYTEST) tests/compat
-	$(PYTEST) -m compose tests/compose
+	bash scripts/test_tiers.sh
 
 test-unit: install
 	$(PYTEST) tests/unit
