@@ -68,6 +68,13 @@ class Cell:
 
         return spread(total(r) for r in self.records)
 
+    def redis_commands(self) -> Spread:
+        """Commands Redis ran per answered request (scripts' own commands included)."""
+        return spread(
+            sum(commands.values()) if (commands := r.get("redis_commands_per_req")) else None
+            for r in self.records
+        )
+
 
 class Cells:
     """Every load cell of a run, by key."""

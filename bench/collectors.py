@@ -144,5 +144,29 @@ def redis_memory(url: str) -> dict[str, Any]:
         client.close()
 
 
+def reset_redis_commands(url: str) -> None:
+    """Zero Redis's per-command counters (``CONFIG RESETSTAT``) before a measured interval."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5.0)
+    try:
+        client.config_resetstat()
+    finally:
+        client.close()
+
+
+def redis_commands(url: str) -> dict[str, int]:
+    """Calls per command since the last reset (``INFO commandstats``), commands that scripts run
+    included: what Redis executed, not only what clients sent."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5.0)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return {name.removeprefix("cmdstat_"): int(fields["calls"]) for name, fields in stats.items()}
+
+
 def load_average() -> tuple[float, float, float]:
     return os.getloadavg()

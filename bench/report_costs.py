@@ -165,12 +165,22 @@ def cpu(cells: Cells) -> list[str]:
                 "pinned (taskset)" if key.pin_client else ("unpinned" if key.section == "pinning" else ""),
                 fmt(throughput(cell), 0),
                 shares,
+                cell.redis_commands().format(1) if key.server == "sluice" else "0 (no broker)",
                 foreign.format(2),
             ]
         )
     return section(
         "Where the CPU goes (CPU-ms per request by process)",
-        ["server", "archive", "C", "client placement", "req/s", "CPU-ms/request", "other processes (cores)"],
+        [
+            "server",
+            "archive",
+            "C",
+            "client placement",
+            "req/s",
+            "CPU-ms/request",
+            "Redis commands/request",
+            "other processes (cores)",
+        ],
         sorted(rows),
     )
 

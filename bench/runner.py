@@ -332,6 +332,9 @@ class Runner:
 
     def _cell(self, server: Server, group: Group, cell: LoadCell, rep: int) -> None:
         record = self._cell_record(server, group, cell, rep)
+        redis_url = server.redis_url if isinstance(server, SluiceServer) else None
+        if redis_url is not None:
+            collectors.reset_redis_commands(redis_url)
         monitor = collectors.ResourceMonitor(server.processes).start()
         children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
@@ -351,7 +354,11 @@ class Runner:
             )
         record.update(measured)
         # The monitor covered the whole cell (warm-up and tail too): divide by every answer in it.
-        record.update(usage.as_record(int(measured.get("completed", measured.get("requests", 0)))))
+        answered = int(measured.get("completed", measured.get("requests", 0)))
+        record.update(usage.as_record(answered))
+        if redis_url is not None and answered > 0:
+            calls = collectors.redis_commands(redis_url)
+            record["redis_commands_per_req"] = {name: count / answered for name, count in calls.items()}
         self.writer.write(record)
         log(
             f"  {server.name} {cell.api}/{cell.client} {cell.model} C={cell.concurrency} rep {rep}: "

@@ -28,6 +28,7 @@ def test_bench_smoke_runs_a_tiny_matrix_against_sluice(tmp_path: Path) -> None:
             assert cell.throughput().median > 0
             assert math.isfinite(cell.latency("p99").median)
             assert cell.first["cpu_ms_per_req"]["gateway"] > 0
+            assert cell.redis_commands().median >= 4  # enqueue, the worker's read, reply and ack at least
     for variant in ("mlp_b1_w1", "mlp_b8_w1_eager"):
         paired = cells.get(
             section="paired", server="sluice", api="predictions", variant=variant, concurrency=1

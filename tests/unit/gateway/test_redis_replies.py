@@ -88,3 +88,14 @@ def test_a_reply_waits_at_most_trim_after_s(monkeypatch: pytest.MonkeyPatch) -> 
     assert not replies._trim_due()
     clock[0] += redis_replies.TRIM_AFTER_S
     assert replies._trim_due()
+
+
+def test_a_read_blocks_no_longer_than_until_the_trim_is_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("sluice_gateway.broker.redis_replies.time.monotonic", lambda: clock[0])
+    replies = make_replies()  # block_s=1.0
+    assert replies._block_for_ms() == 1000
+    replies._consume([[b"stream", [[b"1-0", [FIELD, raw("j1")]]]]])
+    assert replies._block_for_ms() == int(redis_replies.TRIM_AFTER_S * 1000)
+    clock[0] += redis_replies.TRIM_AFTER_S + 1
+    assert replies._block_for_ms() == 1

@@ -5,8 +5,9 @@ by job id.
 Read entries are trimmed (``XTRIM MINID``) in the same round trip as a later read, so an entry is
 never read twice, even after the read position is reset. Not after every read: once
 ``TRIM_EVERY_ENTRIES`` entries or ``TRIM_EVERY_BYTES`` bytes were read since the last trim, or
-``TRIM_AFTER_S`` after the first of them, or when a read comes back empty. At C=1 that spares each
-call an ``XTRIM``; the stream holds at most a few hundred answered replies.
+``TRIM_AFTER_S`` after the first of them (a read blocks no longer than that), or when a read comes
+back empty. At C=1 that spares each call an ``XTRIM``; the stream holds at most a few hundred
+answered replies, and none ~``TRIM_AFTER_S`` after the last call.
 """
 
 import asyncio
@@ -124,7 +125,14 @@ class RedisReplies:
         if self._trim_from is not None and self._trim_due():
             trimmed = self._redis.send("XTRIM", self._stream, "MINID", self._trim_from)
         read = self._redis.send(
-            "XREAD", "COUNT", self._count, "BLOCK", self._block_ms, "STREAMS", self._stream, self._last_id
+            "XREAD",
+            "COUNT",
+            self._count,
+            "BLOCK",
+            self._block_for_ms(),
+            "STREAMS",
+            self._stream,
+            self._last_id,
         )
         result = await read
         if trimmed is not None:  # answered before the read (replies come in order)
@@ -135,6 +143,13 @@ class RedisReplies:
             self._consume(result)
         else:
             self._trim_due_at = 0.0  # idle: trim with the next read
+
+    def _block_for_ms(self) -> int:
+        """The read's BLOCK: no longer than until the trim is due, so that when replies stop coming
+        the last ones are trimmed within ~``TRIM_AFTER_S`` (BLOCK 0 would mean forever)."""
+        if self._trim_from is None:
+            return self._block_ms
+        return max(1, min(self._block_ms, int((self._trim_due_at - time.monotonic()) * 1000)))
 
     def _trim_due(self) -> bool:
         return (
