@@ -10,7 +10,7 @@ import pytest
 from sluice.v1 import torchserve_inference_pb2 as pb
 from sluice.v1 import torchserve_inference_pb2_grpc as pb_grpc
 
-from tests.support.compose_stack import ComposeStack, WorkerContainer, docker
+from tests.support.compose_stack import ComposeStack, WorkerContainer, docker, engine_time, exit_codes
 from tests.support.steady_load import SteadyLoad
 
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(900)]
@@ -22,18 +22,6 @@ def scale(stack: ComposeStack, workers: int) -> None:
     status, body = stack.management("PUT", f"/models/{MODEL}?min_worker={workers}&max_worker={workers}"
                                     "&synchronous=true")  # fmt: skip
     assert status == 200, body
-
-
-def exit_codes(model: str, since: str, until: str) -> dict[str, int]:
-    """Worker id -> exit code of the model's containers that died between two engine timestamps."""
-    events = docker("events", "--since", since, "--until", until, "--format", "{{json .}}",
-                    "--filter", "event=die", "--filter", f"label=io.sluice.model={model}")  # fmt: skip
-    attributes = [json.loads(line)["Actor"]["Attributes"] for line in events.splitlines()]
-    return {a["io.sluice.worker"]: int(a["exitCode"]) for a in attributes}
-
-
-def engine_time() -> str:
-    return docker("info", "--format", "{{.SystemTime}}").strip()
 
 
 def assert_confined(container: WorkerContainer, cluster: str) -> None:

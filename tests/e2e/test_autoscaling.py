@@ -17,15 +17,11 @@ from sluice.v1 import torchserve_inference_pb2 as pb
 from sluice.v1 import torchserve_inference_pb2_grpc as pb_grpc
 
 from tests.support.cli_stack import Stack
-from tests.support.models import ModelSpec, sleeping_model, write_mar
+from tests.support.models import FAST_SCALING, ModelSpec, sleeping_model, write_mar
 
 CALL_TIMEOUT_S = 60.0
-# Bounds far above what the settings below make happen (up within ~1 s, down ~3 s after the load).
+# Bounds far above what FAST_SCALING makes happen (up within ~1 s, down ~3 s after the load).
 SCALE_BOUND_S = 60.0
-
-FAST_SCALING = (
-    "targetJobsPerWorker: 1\nscaleUpAfterMSec: 300\nscaleDownAfterMSec: 3000\nscaleCooldownMSec: 500\n"
-)
 
 
 def model(name: str, low: int, high: int, sleep_s: float) -> ModelSpec:

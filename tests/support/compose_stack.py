@@ -45,6 +45,19 @@ def docker(*args: str, timeout_s: float = 60, check: bool = True) -> str:
     return done.stdout
 
 
+def engine_time() -> str:
+    """The Docker engine's clock, for ``docker events --since/--until``."""
+    return docker("info", "--format", "{{.SystemTime}}").strip()
+
+
+def exit_codes(model: str, since: str, until: str) -> dict[str, int]:
+    """Worker id -> exit code of the model's containers that died between two engine timestamps."""
+    events = docker("events", "--since", since, "--until", until, "--format", "{{json .}}",
+                    "--filter", "event=die", "--filter", f"label=io.sluice.model={model}")  # fmt: skip
+    attributes = [json.loads(line)["Actor"]["Attributes"] for line in events.splitlines()]
+    return {a["io.sluice.worker"]: int(a["exitCode"]) for a in attributes}
+
+
 def compose_program() -> list[str]:
     if shutil.which("docker-compose"):
         return ["docker-compose"]
@@ -167,6 +180,21 @@ class ComposeStack:
 
     def logs(self, tail: int = 80) -> str:
         return self.compose("logs", "--no-color", f"--tail={tail}", check=False, timeout_s=60).stdout
+
+    def log_events(self, service: str, event: str) -> list[dict[str, Any]]:
+        """The JSON log lines (SLUICE_LOG_FORMAT=json) of a service whose event is ``event``, oldest first."""
+        found = []
+        for line in self.compose(
+            "logs", "--no-color", service, check=False, timeout_s=60
+        ).stdout.splitlines():
+            _, _, text = line.partition("| ")
+            try:
+                entry = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("event") == event:
+                found.append(entry)
+        return found
 
     def container(self, service: str, index: int = 1) -> str:
         """The id of a service's container (compose's ``--index``)."""

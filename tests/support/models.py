@@ -428,6 +428,13 @@ def exiting_model(name: str = "exiting", version: str = "1.0") -> ModelSpec:
     return _function_model(name, EXITING_HANDLER, version)
 
 
+# model-config.yaml autoscaling keys for tests (the defaults take seconds to a minute): one job per
+# worker, up 0.3 s into a backlog, down after 3 s of less load, 0.5 s between two changes.
+FAST_SCALING = (
+    "targetJobsPerWorker: 1\nscaleUpAfterMSec: 300\nscaleDownAfterMSec: 3000\nscaleCooldownMSec: 500\n"
+)
+
+
 def sleeping_model(name: str = "sleeper", version: str = "1.0", sleep_s: float = 30.0) -> ModelSpec:
     return _function_model(name, SLEEPING_HANDLER, version, f"sleep_s: {sleep_s}\n")
 
