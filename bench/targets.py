@@ -10,8 +10,14 @@ from bench.cells import Cell, Cells, Record, inprocess_limit, of_kind
 from bench.stats import ratio, spread
 
 TIMES = "\N{MULTIPLICATION SIGN}"
-# The C=1 latency goal: Sluice's p50 at most this share of TorchServe's.
-C1_LATENCY_GOAL = 0.65
+# The goals as the hot-path issue restated them (ratios in the same head-to-head rounds): at C=1
+# Sluice's p50 at most TorchServe's (parity while carrying a broker hop TorchServe lacks) and its p99
+# at most 0.8 of TorchServe's; its best throughput 1.25x TorchServe's with the Python client and 1.6x
+# with h2load; the CNN at saturation 95% of the in-process limit.
+C1_LATENCY_GOAL = 1.00
+C1_P99_GOAL = 0.80
+BEST_THROUGHPUT_GOALS = {"python": 1.25, "h2load": 1.60}
+CNN_SATURATION_GOAL = 0.95
 
 
 @dataclass(frozen=True)
@@ -66,41 +72,46 @@ def _floor_note(floor: float, torchserve: float, unit: str, digits: int) -> str:
     )
 
 
-def mlp_p50_c1(cells: Cells, _records: list[Record]) -> Outcome:
-    # The head-to-head rounds when the run has them, else the matrix.
-    for section in (head_to_head.SECTION, "matrix"):
-        found = [
-            cells.get(
-                section=section,
-                server=server,
-                api="predictions",
-                variant=head_to_head.BASE_VARIANT,
-                concurrency=1,
-            )
-            for server in head_to_head.SERVERS
-        ]
-        if all(found):
-            break
-    rounds = _rounds(found) if section == head_to_head.SECTION and all(found) else 0
-    values = [cell.latency().median if cell else math.nan for cell in found]
-    value = ratio(values[0], values[1])
-    floor = cells.get(
-        section=head_to_head.SECTION,
-        server=head_to_head.FLOOR,
-        api="predictions",
-        variant=head_to_head.BASE_VARIANT,
-        concurrency=1,
-    )
-    floor_note = _floor_note(floor.latency().median, values[1], " ms", 2) if rounds and floor else ""
-    return Outcome(
-        "mlp p50 latency at C=1 (Predictions, batching off, 1 worker)",
-        f"≤ {C1_LATENCY_GOAL:.2f}{TIMES} TorchServe",
-        f"Sluice {_fmt(values[0], ' ms')} vs TorchServe {_fmt(values[1], ' ms')} = {_fmt(value, TIMES)}"
-        f"{_how(rounds)}{floor_note}",
-        value,
-        C1_LATENCY_GOAL,
-        True,
-    )
+def mlp_c1(percentile: str, goal: float) -> Callable[[Cells, list[Record]], Outcome]:
+    def evaluate(cells: Cells, _records: list[Record]) -> Outcome:
+        # The head-to-head rounds when the run has them, else the matrix.
+        for section in (head_to_head.SECTION, "matrix"):
+            found = [
+                cells.get(
+                    section=section,
+                    server=server,
+                    api="predictions",
+                    variant=head_to_head.BASE_VARIANT,
+                    concurrency=1,
+                )
+                for server in head_to_head.SERVERS
+            ]
+            if all(found):
+                break
+        rounds = _rounds(found) if section == head_to_head.SECTION and all(found) else 0
+        values = [cell.latency(percentile).median if cell else math.nan for cell in found]
+        value = ratio(values[0], values[1])
+        floor = cells.get(
+            section=head_to_head.SECTION,
+            server=head_to_head.FLOOR,
+            api="predictions",
+            variant=head_to_head.BASE_VARIANT,
+            concurrency=1,
+        )
+        floor_note = (
+            _floor_note(floor.latency(percentile).median, values[1], " ms", 2) if rounds and floor else ""
+        )
+        return Outcome(
+            f"mlp {percentile} latency at C=1 (Predictions, batching off, 1 worker)",
+            f"≤ {goal:.2f}{TIMES} TorchServe",
+            f"Sluice {_fmt(values[0], ' ms')} vs TorchServe {_fmt(values[1], ' ms')} = {_fmt(value, TIMES)}"
+            f"{_how(rounds)}{floor_note}",
+            value,
+            goal,
+            True,
+        )
+
+    return evaluate
 
 
 def mlp_best(client: str) -> Callable[[Cells, list[Record]], Outcome]:
@@ -132,11 +143,11 @@ def mlp_best(client: str) -> Callable[[Cells, list[Record]], Outcome]:
 
         return Outcome(
             f"best mlp throughput, {client} client",
-            "≥ 1.4\N{MULTIPLICATION SIGN} TorchServe's best",
+            f"≥ {BEST_THROUGHPUT_GOALS[client]:.2f}{TIMES} TorchServe's best",
             f"Sluice {_fmt(s_value, ' req/s', 0)}{where(s_cell)} vs TorchServe {_fmt(t_value, ' req/s', 0)}"
             f"{where(t_cell)} = {_fmt(value, TIMES)}{_how(rounds)}{floor_note}",
             value,
-            1.4,
+            BEST_THROUGHPUT_GOALS[client],
             False,
         )
 
@@ -163,11 +174,11 @@ def cnn_saturation(workers: int) -> Callable[[Cells, list[Record]], Outcome]:
         where = f" ({cell.key.variant}, C={cell.key.concurrency})" if cell else ""
         return Outcome(
             f"CNN throughput at saturation, {workers} worker(s)",
-            "≥ 90% of the in-process batch-8 limit",
+            f"≥ {CNN_SATURATION_GOAL:.0%} of the in-process batch-8 limit",
             f"{_fmt(best, ' req/s', 1)}{where} vs limit {_fmt(limit, ' inf/s', 1)} "
             f"= {_fmt(value * 100, '%', 0)}{how}",
             value,
-            0.9,
+            CNN_SATURATION_GOAL,
             False,
         )
 
@@ -298,7 +309,8 @@ def register_ready(_cells: Cells, records: list[Record]) -> Outcome:
 
 
 EVALUATORS: list[Callable[[Cells, list[Record]], Outcome]] = [
-    mlp_p50_c1,
+    mlp_c1("p50", C1_LATENCY_GOAL),
+    mlp_c1("p99", C1_P99_GOAL),
     mlp_best("python"),
     mlp_best("h2load"),
     cnn_saturation(1),
