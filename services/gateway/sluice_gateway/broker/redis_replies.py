@@ -120,7 +120,7 @@ class RedisReplies:
                 await asyncio.sleep(backoff.next_delay_s())
 
     async def read_once(self) -> None:
-        """One blocking read (preceded by the trim of what the last read consumed)."""
+        """One blocking read, preceded by the trim of what earlier reads consumed when it is due."""
         trimmed = None
         if self._trim_from is not None and self._trim_due():
             trimmed = self._redis.send("XTRIM", self._stream, "MINID", self._trim_from)
