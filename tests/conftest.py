@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from sluice.pipelined_redis import PipelinedRedis
 
 from tests.support.redis_server import RedisServer
 
@@ -28,3 +29,13 @@ async def redis_client(redis_server: RedisServer) -> AsyncIterator["aioredis.Red
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def pipelined_redis(redis_server: RedisServer) -> AsyncIterator[PipelinedRedis]:
+    """The hot path's pipelined client on the test's redis-server."""
+    client = PipelinedRedis(redis_server.url, timeout_s=5.0)
+    try:
+        yield client
+    finally:
+        await client.close()

@@ -3,7 +3,6 @@ large ones by XADD checked in the same transaction. Each rule must hold the same
 that does not answer is the seam's BrokerUnavailable."""
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from sluice_gateway.broker.redis_admission import LARGE_JOB_BYTES, RedisJobAdmis
 from sluice_gateway.broker.seam import Admission, BrokerUnavailable
 
 from tests.integration.gateway.conftest import register
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import free_port
 
 MODEL, VERSION = "echo", "1.0"
 STREAM = keys.job_stream(MODEL, VERSION)
@@ -25,12 +24,8 @@ JOBS = pytest.mark.parametrize("job", [SMALL, LARGE], ids=["small", "large"])
 
 
 @pytest.fixture
-async def queue(redis_server: RedisServer) -> AsyncIterator[RedisJobAdmission]:
-    pipelined = PipelinedRedis(redis_server.url, timeout_s=5.0)
-    try:
-        yield RedisJobAdmission(pipelined)
-    finally:
-        await pipelined.close()
+def queue(pipelined_redis: PipelinedRedis) -> RedisJobAdmission:
+    return RedisJobAdmission(pipelined_redis)
 
 
 async def add_worker(redis: aioredis.Redis) -> None:

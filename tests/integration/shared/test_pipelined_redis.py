@@ -3,7 +3,6 @@ timeouts, outages and reconnection."""
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -14,12 +13,8 @@ from tests.support.redis_server import RedisServer, free_port, redis_with_socket
 
 
 @pytest.fixture
-async def client(redis_server: RedisServer) -> AsyncIterator[PipelinedRedis]:
-    pipelined = PipelinedRedis(redis_server.url, timeout_s=2.0)
-    try:
-        yield pipelined
-    finally:
-        await pipelined.close()
+def client(pipelined_redis: PipelinedRedis) -> PipelinedRedis:
+    return pipelined_redis
 
 
 async def test_commands_sent_together_are_answered_in_order(client: PipelinedRedis) -> None:

@@ -2,7 +2,6 @@
 most once a second (at once after a quiet second, the rest by a timer, all of it on stop)."""
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -11,19 +10,8 @@ from sluice.pipelined_redis import PipelinedRedis
 from sluice_worker.broker import outbox as outbox_module
 from sluice_worker.broker.outbox import Outbox
 
-from tests.support.redis_server import RedisServer
-
 # Far above the one second the outbox waits before writing what it counted meanwhile.
 WRITTEN_WITHIN_S = 10.0
-
-
-@pytest.fixture
-async def hot(redis_server: RedisServer) -> AsyncIterator[PipelinedRedis]:
-    pipelined = PipelinedRedis(redis_server.url, timeout_s=2.0)
-    try:
-        yield pipelined
-    finally:
-        await pipelined.close()
 
 
 async def written(redis_client: "aioredis.Redis") -> dict[bytes | str, bytes | str]:
@@ -31,9 +19,9 @@ async def written(redis_client: "aioredis.Redis") -> dict[bytes | str, bytes | s
 
 
 async def test_the_first_count_is_written_at_once_the_next_ones_by_the_timer(
-    hot: PipelinedRedis, redis_client: "aioredis.Redis"
+    pipelined_redis: PipelinedRedis, redis_client: "aioredis.Redis"
 ) -> None:
-    outbox = Outbox(hot, "m", "1", "w1")
+    outbox = Outbox(pipelined_redis, "m", "1", "w1")
     [first] = outbox.batch_size(4)
     await first
     assert await written(redis_client) == {b"4": b"1"}
@@ -47,10 +35,10 @@ async def test_the_first_count_is_written_at_once_the_next_ones_by_the_timer(
 
 
 async def test_flush_writes_what_is_counted(
-    hot: PipelinedRedis, redis_client: "aioredis.Redis", monkeypatch: pytest.MonkeyPatch
+    pipelined_redis: PipelinedRedis, redis_client: "aioredis.Redis", monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(outbox_module, "BATCH_SIZES_EVERY_S", 3600.0)  # the timer never fires here
-    outbox = Outbox(hot, "m", "1", "w1")
+    outbox = Outbox(pipelined_redis, "m", "1", "w1")
     await asyncio.gather(*outbox.batch_size(1))
     assert [outbox.batch_size(8), outbox.batch_size(8)] == [[], []]
     await outbox.flush()
