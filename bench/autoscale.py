@@ -26,12 +26,15 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
+import psutil
 
+from bench.collectors import busy_seconds
 from bench.loadgen import grpc_channel, grpc_unary_load, run_async
 from bench.models import Variant, build_archives
 from bench.openloop import Phase, open_loop, schedule
@@ -259,10 +262,41 @@ async def _step_load(server: SluiceServer, model: str, phases: list[Phase]) -> d
     }
 
 
+def _own_cpu_s(server: SluiceServer) -> float:
+    """CPU seconds of this process and of the stack's: its services, its live workers, and (in the
+    manager's children times) the workers that exited."""
+    total = 0.0
+    processes = [psutil.Process(), *(p for members in server.processes().values() for p in members)]
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+            if process.pid != os.getpid():
+                total += times.children_user + times.children_system
+        except psutil.Error:
+            continue
+    return total
+
+
+def noise_meter(server: SluiceServer) -> Callable[[], float]:
+    """Call the result at the end of an interval: the cores other processes used during it (the
+    machine's busy time less this process's and the stack's)."""
+    busy, own, wall = busy_seconds(), _own_cpu_s(server), time.perf_counter()
+
+    def foreign_cores() -> float:
+        foreign = busy_seconds() - busy - (_own_cpu_s(server) - own)
+        return max(foreign, 0.0) / (time.perf_counter() - wall)
+
+    return foreign_cores
+
+
 def step_run(config: Configuration, phases: list[Phase], round_: int, work: Path) -> dict[str, Any]:
     server = started(config, work)
     try:
+        noise = noise_meter(server)
         measured = run_async(_step_load(server, config.model, phases))
+        measured["foreign_cores"] = noise()
+        measured["loadavg_end"] = os.getloadavg()
     finally:
         server.stop()
     return {
@@ -281,6 +315,7 @@ def capacity(config: Configuration, sizes: Sizes, work: Path) -> dict[str, Any]:
     """Closed-loop throughput of a fixed configuration."""
     server = started(config, work)
     try:
+        noise = noise_meter(server)
         result = run_async(
             grpc_unary_load(
                 server.ports.grpc_target,
@@ -291,10 +326,12 @@ def capacity(config: Configuration, sizes: Sizes, work: Path) -> dict[str, Any]:
                 warmup_s=sizes.capacity_warmup_s,
             )
         )
+        foreign_cores = noise()
     finally:
         server.stop()
     return {
         "kind": "autoscale_capacity",
+        "foreign_cores": foreign_cores,
         "config": config.name,
         "workers": config.max_workers,
         "concurrency": CAPACITY_CONCURRENCY,

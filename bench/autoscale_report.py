@@ -36,7 +36,9 @@ def header(records: list[dict[str, Any]]) -> list[str]:
     ]
     if capacities:
         found = ", ".join(
-            f"{r['config']} {r['throughput_rps']:.1f} req/s" for r in capacities if "throughput_rps" in r
+            f"{r['config']} {r['throughput_rps']:.1f} req/s "
+            f"(other processes: {r.get('foreign_cores', 0):.2f} cores)"
+            for r in capacities
         )
         lines.append(f"Capacity (closed loop, C={capacities[0].get('concurrency')}): {found}.")
     if rates:
@@ -52,6 +54,13 @@ def header(records: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"autoscale: minWorkers {scaled['min_workers']}, maxWorkers {scaled['max_workers']}, {keys}, "
             "targetJobsPerWorker its default (2 x batchSize)."
+        )
+    noise = [r for r in runs if r.get("foreign_cores") is not None]
+    if noise:
+        found = ", ".join(f"{r['config']} {r['round'] + 1}: {r['foreign_cores']:.2f}" for r in noise)
+        lines.append(
+            f"Cores other processes used during each run (the machine's busy time less this bench's and its "
+            f"stack's: noise): {found}."
         )
     lags = [r["client_lag_max_ms"] for r in runs if r.get("client_lag_max_ms") is not None]
     if lags:
