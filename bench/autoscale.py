@@ -7,8 +7,8 @@ worker processes, in three configurations, each on a start of its own:
 - ``fixed_1``: one worker; ``fixed_3``: three workers.
 
 First the capacity: closed-loop throughput of ``fixed_1`` and ``fixed_3``. The rates follow from it
-(``pick_rates``): low = ``LOW_SHARE`` of one worker's capacity, high = above one worker's capacity
-and, when three workers hold more, below theirs. Then the same open-loop step load (bench/openloop.py:
+(``pick_rates``): low = ``LOW_SHARE`` of one worker's capacity, high = 80% of three workers'
+capacity, kept at least 10% above one worker's. Then the same open-loop step load (bench/openloop.py:
 low, high, low; requests sent at their scheduled times whatever the answers) on each configuration,
 in rounds alternating their order, with the gateway's ``sluice_workers`` / ``sluice_desired_workers``
 / ``sluice_queue_depth`` gauges sampled every ``SAMPLE_EVERY_S``. Last the cold start from zero: a
@@ -51,6 +51,8 @@ BATCH_SIZE = 1
 CALL_TIMEOUT_S = 30.0
 SAMPLE_EVERY_S = 0.25
 LOW_SHARE = 0.3
+HIGH_OVER_1 = 1.1
+HIGH_SHARE_OF_3 = 0.8
 CAPACITY_CONCURRENCY = 8
 GAUGES = ("sluice_workers", "sluice_desired_workers", "sluice_queue_depth")
 COLD_COUNTERS = ("sluice_cold_start_requests_total", "sluice_cold_start_wait_microseconds")
@@ -90,7 +92,7 @@ class Sizes:
     low_s: float = 30.0
     high_s: float = 60.0
     after_s: float = 60.0
-    rounds: int = 2
+    rounds: int = 3
     capacity_window_s: float = 15.0
     capacity_warmup_s: float = 3.0
     cold_repetitions: int = 5
@@ -177,9 +179,11 @@ def request_for(model: str) -> bytes:
 
 
 def pick_rates(capacity_1: float, capacity_3: float) -> tuple[float, float]:
-    """(low, high) requests/s: low well under one worker's capacity; high above it by at least 20%,
-    and halfway to three workers' capacity when that is more."""
-    return LOW_SHARE * capacity_1, max(1.2 * capacity_1, (capacity_1 + capacity_3) / 2)
+    """(low, high) requests/s: low well under one worker's capacity; high at ``HIGH_SHARE_OF_3`` of
+    three workers' capacity, but between ``HIGH_OVER_1`` times one worker's (so that it saturates)
+    and 1.5 times."""
+    high = max(HIGH_OVER_1 * capacity_1, min(HIGH_SHARE_OF_3 * capacity_3, 1.5 * capacity_1))
+    return LOW_SHARE * capacity_1, high
 
 
 # Metrics ---------------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ workers, queue depth). From them:
   time until the answer or the error (a timed-out call counts with the time it took to fail);
 - the reaction to the step up: the first sample after it with more desired workers than before it
   (the decision), with more live workers (the first added worker READY), and with all of them;
-- p99 recovered: the start of the first window after the step up from which every window of the
-  high phase stays at or below ``RECOVERY_FACTOR`` times the run's own low-load p99 (the second half
-  of the first phase);
+- p99 recovered: the start of the first window after the step up that begins ``RECOVERY_WINDOWS``
+  windows in a row, inside the high phase, with p99 at or below ``RECOVERY_FACTOR`` times the run's
+  own low-load p99 (the second half of the first phase): latency back near normal for a while, not
+  for one lucky window;
 - worker-seconds: live workers integrated over the load (what the configuration costs).
 """
 
@@ -23,7 +24,8 @@ from bench.openloop import Call, Phase, phase_bounds
 from bench.stats import percentile, spread
 
 WINDOW_S = 2.0
-RECOVERY_FACTOR = 2.0
+RECOVERY_FACTOR = 4.0
+RECOVERY_WINDOWS = 5
 # The high phase's first seconds, where the backlog of the step builds and drains.
 HIGH_START_S = 10.0
 
@@ -117,21 +119,21 @@ def workers_before(samples: Sequence[Sample], at_s: float) -> int:
     return earlier[-1] if earlier else 0
 
 
-def recovered_after(run: Run, threshold_s: float, width_s: float = WINDOW_S) -> float | None:
-    """Seconds from the step up to the first window from which every window of the high phase has
-    p99 at or below ``threshold_s``; None when the last one is above it."""
+def recovered_after(
+    run: Run, threshold_s: float, width_s: float = WINDOW_S, sustained: int = RECOVERY_WINDOWS
+) -> float | None:
+    """Seconds from the step up to the first window of the high phase that begins ``sustained``
+    windows in a row (all inside the high phase) with p99 at or below ``threshold_s``; None when
+    there is none."""
     high = [
         window
         for window in windows(run.calls, run.end_s, width_s)
         if run.step_up_s <= window.start_s and window.start_s + width_s <= run.step_down_s
     ]
-    recovered: float | None = None
-    for window in high:
-        if window.calls and window.p99_s > threshold_s:
-            recovered = None
-        elif recovered is None:
-            recovered = window.start_s - run.step_up_s
-    return recovered
+    for index in range(len(high) - sustained + 1):
+        if all(not window.calls or window.p99_s <= threshold_s for window in high[index : index + sustained]):
+            return high[index].start_s - run.step_up_s
+    return None
 
 
 def worker_seconds(samples: Sequence[Sample], end_s: float) -> float:
@@ -157,6 +159,7 @@ class Summary:
     after_p99_ms: float
     workers_low: int
     workers_high: int
+    workers_at_step_down: int
     worker_seconds: float
     decided_s: float | None
     first_ready_s: float | None
@@ -190,6 +193,7 @@ def summarize(run: Run) -> Summary:
         after_p99_ms=latency_p(scheduled_in(run.calls, high_end, after_end)) * 1e3,
         workers_low=before,
         workers_high=peak,
+        workers_at_step_down=workers_before(run.samples, high_end),
         worker_seconds=worker_seconds(run.samples, run.end_s),
         decided_s=first_sample(
             run.samples, high_start, lambda s: s.desired is not None and s.desired > desired_before
@@ -222,7 +226,7 @@ def _ms(values: Sequence[float]) -> str:
 def table(summaries: Sequence[Summary], configs: Sequence[str]) -> str:
     """One row per configuration, the median [min-max] over its runs."""
     lines = [
-        "| configuration | runs | workers low → high | worker-s | p99 low (ms) | p99 first "
+        "| configuration | runs | workers: low → peak → at step down | worker-s | p99 low (ms) | p99 first "
         f"{HIGH_START_S:g} s of high (ms) | p99 high, 2nd half (ms) | p99 after step down (ms) "
         "| scale decided | first added worker READY | all READY | p99 recovered | back down "
         "| errors / sent |",
@@ -236,8 +240,9 @@ def table(summaries: Sequence[Summary], configs: Sequence[str]) -> str:
         for row in rows:
             for label, count in row.errors.items():
                 errors[label] = errors.get(label, 0) + count
-        low = sorted({row.workers_low for row in rows})
-        high = sorted({row.workers_high for row in rows})
+        low = "/".join(str(value) for value in sorted({row.workers_low for row in rows}))
+        high = "/".join(str(value) for value in sorted({row.workers_high for row in rows}))
+        down = "/".join(str(value) for value in sorted({row.workers_at_step_down for row in rows}))
         autoscaled = any(row.workers_high > row.workers_low for row in rows)
 
         def react(values: Sequence[float | None], autoscaled: bool = autoscaled) -> str:
@@ -245,7 +250,7 @@ def table(summaries: Sequence[Summary], configs: Sequence[str]) -> str:
 
         error_text = ", ".join(f"{label} {count}" for label, count in sorted(errors.items())) or "0"
         lines.append(
-            f"| {config} | {len(rows)} | {'/'.join(map(str, low))} → {'/'.join(map(str, high))} "
+            f"| {config} | {len(rows)} | {low} → {high} → {down} "
             f"| {spread(row.worker_seconds for row in rows).format(0)} "
             f"| {_ms([row.low_p99_ms for row in rows])} | {_ms([row.high_start_p99_ms for row in rows])} "
             f"| {_ms([row.high_end_p99_ms for row in rows])} | {_ms([row.after_p99_ms for row in rows])} "
