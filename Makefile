@@ -11,7 +11,7 @@ PYTEST := $(PY) -m pytest
 
 .PHONY: help install proto lint fmt test test-tiers test-unit test-integration test-e2e test-compat test-compose \
         test-compose-tier compose-images compose-up compose-down gpu-check run stop bench bench-quick \
-        bench-containers bench-sequences clean
+        bench-containers bench-sequences bench-autoscale clean
 
 help:
 	@echo "make run           start redis, manager, gateway and the demo model (Ctrl-C stops)"
@@ -118,6 +118,11 @@ bench-quick: install
 # Stateful models (sequence batching): Sluice beside TorchServe 0.12, with and without state saving.
 bench-sequences: install
 	$(PY) -m bench.sequences
+
+# Autoscaling on queue depth under an open-loop step load, against fixed 1 and 3 workers, and the cold
+# start from zero (bench/autoscale.py). ARGS=--quick for a short run.
+bench-autoscale: install
+	$(PY) -m bench.autoscale $(ARGS)
 
 # Worker containers against worker processes (bench/containers.py); needs a Docker engine and the images.
 bench-containers: compose-images

@@ -8,4 +8,9 @@ runs), ``head_to_head`` (the two servers' cells in alternating rounds), ``runner
 ``cells`` / ``targets`` (repetitions grouped; the issue's targets as data), ``report`` /
 ``report_costs`` / ``report_format`` / ``report_paired`` / ``plots`` (Markdown and PNG from the raw
 JSON lines).
+
+Standalone benchmarks with make targets of their own: ``sequences`` (stateful models), ``containers``
+(worker containers against processes), ``autoscale`` (an open-loop step load, ``openloop``, against
+autoscaling and fixed workers, and the cold start from zero; ``autoscale_analysis`` /
+``autoscale_report`` from its raw JSON lines).
 """

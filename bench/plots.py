@@ -1,9 +1,13 @@
 """PNG plots of a run: throughput vs concurrency, latency percentiles, streaming relay latency and the
-queue-depth curve. Matplotlib's Agg backend (no display)."""
+queue-depth curve; for ``make bench-autoscale``, worker count and p99 over time. Matplotlib's Agg
+backend (no display)."""
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.autoscale_analysis import WINDOW_S, Run, windows
 from bench.cells import Cells, Record
 
 COLORS = {"sluice": "tab:blue", "torchserve": "tab:orange"}
@@ -187,6 +191,57 @@ def queue_depth(cells: Cells, path: Path) -> bool:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def autoscale_timeline(runs: Sequence[Run], configs: Sequence[str], path: Path) -> bool:
+    """Live workers (top; the autoscaler's desired count dashed) and p99 per window (bottom, log
+    scale) over the step load, one colour per configuration; the first round thick, later rounds
+    thin."""
+    if not runs:
+        return False
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, height_ratios=(1, 2))
+    palette = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
+    for index, config in enumerate(configs):
+        for run in (run for run in runs if run.config == config):
+            first = run.round == min(r.round for r in runs if r.config == config)
+            style = {"color": palette[index % len(palette)], "linewidth": 1.8 if first else 0.8}
+            label = config if first else None
+            top.step([s.at_s for s in run.samples], [s.workers for s in run.samples], where="post", **style)
+            if first and any(s.desired is not None and s.desired != s.workers for s in run.samples):
+                wanted = [s for s in run.samples if s.desired is not None]
+                top.step(
+                    [s.at_s for s in wanted],
+                    [s.desired for s in wanted],
+                    where="post",
+                    color=style["color"],
+                    linewidth=0.9,
+                    linestyle="--",
+                )
+            shown = [w for w in windows(run.calls, run.end_s) if w.calls and math.isfinite(w.p99_s)]
+            bottom.plot(
+                [w.start_s + WINDOW_S / 2 for w in shown],
+                [w.p99_s * 1e3 for w in shown],
+                label=label,
+                **style,
+            )
+    run = runs[0]
+    for axis in (top, bottom):
+        axis.axvspan(run.step_up_s, run.step_down_s, color="grey", alpha=0.12)
+        axis.grid(True, alpha=0.3)
+    rates = " → ".join(f"{phase.rate_per_s:.1f}" for phase in run.phases)
+    top.set_ylabel("live workers\n(desired dashed)")
+    top.yaxis.get_major_locator().set_params(integer=True)
+    top.set_title(f"Open-loop step load, {rates} req/s (high phase shaded)")
+    bottom.set_yscale("log")
+    bottom.set_ylabel(f"p99 latency per {WINDOW_S:g} s window (ms)")
+    bottom.set_xlabel("seconds from the start of the load")
+    bottom.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
