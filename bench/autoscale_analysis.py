@@ -8,10 +8,10 @@ workers, queue depth). From them:
   time until the answer or the error (a timed-out call counts with the time it took to fail);
 - the reaction to the step up: the first sample after it with more desired workers than before it
   (the decision), with more live workers (the first added worker READY), and with all of them;
-- p99 recovered: the start of the first window after the step up that begins ``RECOVERY_WINDOWS``
-  windows in a row, inside the high phase, with p99 at or below ``RECOVERY_FACTOR`` times the run's
-  own low-load p99 (the second half of the first phase): latency back near normal for a while, not
-  for one lucky window;
+- p99 recovered: the start of the first window after the step up from which every window of the
+  high phase has p99 at or below ``RECOVERY_FACTOR`` times the run's own low-load p99 (the second
+  half of the first phase): a run whose latency degrades late, or relapses (a worker removed under
+  load), recovers only after its last bad window;
 - worker-seconds: live workers integrated over the load (what the configuration costs).
 """
 
@@ -25,7 +25,6 @@ from bench.stats import percentile, spread
 
 WINDOW_S = 2.0
 RECOVERY_FACTOR = 4.0
-RECOVERY_WINDOWS = 5
 # The high phase's first seconds, where the backlog of the step builds and drains.
 HIGH_START_S = 10.0
 
@@ -119,21 +118,21 @@ def workers_before(samples: Sequence[Sample], at_s: float) -> int:
     return earlier[-1] if earlier else 0
 
 
-def recovered_after(
-    run: Run, threshold_s: float, width_s: float = WINDOW_S, sustained: int = RECOVERY_WINDOWS
-) -> float | None:
-    """Seconds from the step up to the first window of the high phase that begins ``sustained``
-    windows in a row (all inside the high phase) with p99 at or below ``threshold_s``; None when
-    there is none."""
+def recovered_after(run: Run, threshold_s: float, width_s: float = WINDOW_S) -> float | None:
+    """Seconds from the step up to the first window from which every window of the high phase has
+    p99 at or below ``threshold_s``; None when the last one is above it."""
     high = [
         window
         for window in windows(run.calls, run.end_s, width_s)
         if run.step_up_s <= window.start_s and window.start_s + width_s <= run.step_down_s
     ]
-    for index in range(len(high) - sustained + 1):
-        if all(not window.calls or window.p99_s <= threshold_s for window in high[index : index + sustained]):
-            return high[index].start_s - run.step_up_s
-    return None
+    recovered: float | None = None
+    for window in high:
+        if window.calls and window.p99_s > threshold_s:
+            recovered = None
+        elif recovered is None:
+            recovered = window.start_s - run.step_up_s
+    return recovered
 
 
 def worker_seconds(samples: Sequence[Sample], end_s: float) -> float:

@@ -8,7 +8,6 @@ from bench import plots
 from bench.autoscale_analysis import (
     HIGH_START_S,
     RECOVERY_FACTOR,
-    RECOVERY_WINDOWS,
     WINDOW_S,
     Run,
     summarize,
@@ -82,8 +81,8 @@ def definitions() -> list[str]:
         "or the error; p99 low: the second half of the first phase; scale decided, first added worker "
         "READY, all READY: seconds from the step up until the gauges (sampled every 0.25 s) show more "
         "desired workers, more live workers, the most live workers; p99 recovered: seconds from the step "
-        f"up to the first window that begins {RECOVERY_WINDOWS} windows in a row of the high phase with p99 "
-        f"≤ {RECOVERY_FACTOR:g}x the run's p99 low; back down: seconds from the step down until the workers "
+        f"up to the first window from which every window of the high phase has p99 ≤ {RECOVERY_FACTOR:g}x "
+        "the run's p99 low; back down: seconds from the step down until the workers "
         "are back where they were; worker-s: live workers integrated over the load. Values: median "
         "[min\N{EN DASH}max] over the runs.",
     ]

@@ -99,16 +99,17 @@ def test_the_step_up_reaction_recovery_and_cost_of_a_run() -> None:
     assert summary.sent == 200
 
 
-def test_recovery_needs_windows_in_a_row_inside_the_high_phase() -> None:
-    # Slow at the step [4, 6) and again in [8, 10): 3 good windows follow in the high phase.
+def test_recovery_counts_from_after_the_last_bad_window_of_the_high_phase() -> None:
+    # Slow at the step [4, 6) and again in [8, 10) (a relapse): recovered from 10 s on.
     spiky = _run("x", [(0.0, 1, 1)], (4.0, 6.0))
     spiky.calls[80:100] = [
         Call(c.scheduled_s, c.sent_s, c.scheduled_s + 2.0, None) for c in spiky.calls[80:100]
     ]
-    assert recovered_after(spiky, 0.1) is None
-    assert recovered_after(spiky, 0.1, sustained=3) == 6.0
-    assert recovered_after(spiky, 0.1, sustained=1) == 2.0
+    assert recovered_after(spiky, 0.1) == 6.0
     assert recovered_after(spiky, 3.0) == 0.0
+    # Slow only late in the high phase: fine at first, but not recovered.
+    late = _run("x", [(0.0, 1, 1)], (14.0, 16.0))
+    assert recovered_after(late, 0.1) is None
 
 
 def test_a_run_that_never_recovers_and_never_scales() -> None:
