@@ -35,6 +35,23 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+async def announce_worker(
+    redis: "aioredis.Redis", model: str, version: str, worker_id: str, heartbeat_ttl_ms: int
+) -> None:
+    """What a worker does once it is READY: its record in the version's workers hash, and a heartbeat."""
+    record = WorkerRecord(
+        worker_id=worker_id,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        status=WorkerStatus.READY,
+        started_unix_ms=now_ms(),
+    )
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.workers(model, version), worker_id, record.to_json())
+        pipe.set(keys.heartbeat(model, version, worker_id), b"1", px=heartbeat_ttl_ms)
+        await pipe.execute()
+
+
 def ok(job: Job, prediction: bytes, *, seq: int = 0, final: bool = True, attempt: int = 1) -> Reply:
     """A success reply: ``payload`` is a serialized ``PredictionResponse{prediction}``."""
     payload = PredictionResponse(prediction=prediction).SerializeToString()
@@ -101,17 +118,7 @@ class Responder:
         self._job_tasks: set[asyncio.Task[None]] = set()
 
     async def announce(self) -> None:
-        record = WorkerRecord(
-            worker_id=self.worker_id,
-            pid=os.getpid(),
-            host=socket.gethostname(),
-            status=WorkerStatus.READY,
-            started_unix_ms=now_ms(),
-        )
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.workers(self.model, self.version), self.worker_id, record.to_json())
-            pipe.set(keys.heartbeat(self.model, self.version, self.worker_id), b"1", px=self.heartbeat_ttl_ms)
-            await pipe.execute()
+        await announce_worker(self.redis, self.model, self.version, self.worker_id, self.heartbeat_ttl_ms)
 
     async def start(self) -> "Responder":
         await self._create_group()

@@ -3,17 +3,16 @@ it announces itself READY with a heartbeat (so the gateway's enqueue_sequence.lu
 sequences), and a test takes a sequence's jobs off the sequence's stream and answers them, as the
 holder does, through the Redis contract in docs/design.md."""
 
-import os
-import socket
 from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
 from sluice import keys
 from sluice.envelope import FIELD, Job, Reply, decode_job, encode_reply
-from sluice.records import WorkerRecord, WorkerStatus
 
-from tests.support.responder import now_ms
+from tests.support.responder import announce_worker
+
+HEARTBEAT_TTL_MS = 30_000
 
 
 class SequenceHolder:
@@ -26,17 +25,7 @@ class SequenceHolder:
         self.worker_id = worker_id
 
     async def announce(self) -> "SequenceHolder":
-        record = WorkerRecord(
-            worker_id=self.worker_id,
-            pid=os.getpid(),
-            host=socket.gethostname(),
-            status=WorkerStatus.READY,
-            started_unix_ms=now_ms(),
-        )
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.workers(self.model, self.version), self.worker_id, record.to_json())
-            pipe.set(keys.heartbeat(self.model, self.version, self.worker_id), b"1", px=30_000)
-            await pipe.execute()
+        await announce_worker(self.redis, self.model, self.version, self.worker_id, HEARTBEAT_TTL_MS)
         return self
 
     async def held(self) -> set[str]:
