@@ -61,7 +61,8 @@ _SAMPLE = re.compile(r"^([a-z_]+)\{([^}]*)\}\s+(\S+)$")
 
 @dataclass(frozen=True)
 class Scaling:
-    """The autoscaling keys of model-config.yaml (targetJobsPerWorker: its default, 2 x batchSize)."""
+    """The autoscaling keys of model-config.yaml (targetUtilization and targetJobsPerWorker: their
+    defaults, 0.8 and 2 x batchSize)."""
 
     up_after_ms: int = 1000
     down_after_ms: int = 15000

@@ -60,7 +60,7 @@ def header(records: list[dict[str, Any]]) -> list[str]:
         keys = ", ".join(f"{key} {value}" for key, value in scaled["scaling"].items())
         lines.append(
             f"autoscale: minWorkers {scaled['min_workers']}, maxWorkers {scaled['max_workers']}, {keys}, "
-            "targetJobsPerWorker its default (2 x batchSize)."
+            "targetUtilization and targetJobsPerWorker their defaults (0.8, 2 x batchSize)."
         )
     noise = [r for r in runs if r.get("foreign_cores") is not None]
     if noise:

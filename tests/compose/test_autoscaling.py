@@ -31,8 +31,8 @@ def test_a_burst_scales_worker_containers_up_and_idling_scales_them_back(stack: 
     try:
         stack.wait_for_workers(MODEL, LOW, timeout_s=SCALE_BOUND_S)
         since = engine_time()
-        # Six callers with 0.3 s jobs keep six jobs queued or in flight: three workers' worth at one
-        # job per worker (targetJobsPerWorker), so the version holds at maxWorkers while it lasts.
+        # Six callers with 0.3 s jobs keep every worker busy and jobs waiting: more than three
+        # workers' worth, so the version holds at maxWorkers while it lasts.
         with SteadyLoad(stack.grpc_target, MODEL, stack.metadata(), clients=6, sleep_s=0.3) as load:
             up_s = wait_for(lambda: containers(stack) == HIGH, SCALE_BOUND_S, f"{HIGH} containers", 0.5)
             served_s = wait_for(

@@ -47,11 +47,13 @@ class VersionRecord(Checked):
     startup_timeout_s: int = 120
     min_workers: int = 1
     max_workers: int = 1
-    # Autoscaling between min_workers and max_workers (sluice_manager.supervision.autoscale): jobs one
-    # worker is meant to carry, how long a backlog lasts before scaling up, how long the load stays
-    # low before scaling down, and the pause between two changes (model-config.yaml
-    # targetJobsPerWorker, scaleUpAfterMSec, scaleDownAfterMSec, scaleCooldownMSec).
+    # Autoscaling between min_workers and max_workers (sluice_manager.supervision.autoscale): waiting
+    # jobs that call for one more worker, the share of its time a worker is meant to be busy, how long
+    # a need lasts before scaling up, how long the load stays low before scaling down, and the pause
+    # between two changes (model-config.yaml targetJobsPerWorker, targetUtilization,
+    # scaleUpAfterMSec, scaleDownAfterMSec, scaleCooldownMSec).
     target_jobs_per_worker: float = 2.0
+    target_utilization: float = 0.8
     scale_up_after_ms: int = 2000
     scale_down_after_ms: int = 60000
     scale_cooldown_ms: int = 10000
@@ -118,6 +120,9 @@ class WorkerRecord(Checked):
     gpu_id: int | None = None
     gpu_utilization_percent: float = 0.0
     gpu_memory_used_mib: float = 0.0
+    # The share of the time since the previous beat its handler was running (0 to 1): the
+    # autoscaler's measure of how loaded the version's workers are.
+    busy_share: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -174,7 +174,7 @@ async def _start(
         _worker_record(worker_id, choice),
         interval_s=settings.heartbeat_interval_s,
         ttl_ms=settings.heartbeat_ttl_ms,
-        refresh=usage_refresher(choice),
+        refresh=usage_refresher(choice, torch_thread.busy_s),
     )
     worker = Worker(
         batching=Batching(

@@ -35,6 +35,10 @@ class TorchThread:
         self._busy = threading.Event()
         # How long the last call ran on this thread (set before its caller hears of the result).
         self.last_call_s = 0.0
+        # Seconds of calls run so far, and when the running call (if any) began: busy_s().
+        self._clock = threading.Lock()
+        self._ran_s = 0.0
+        self._running_since: float | None = None
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -42,6 +46,13 @@ class TorchThread:
     def busy(self) -> bool:
         """True while a call runs (after a timeout: the call we gave up on is still running)."""
         return self._busy.is_set()
+
+    def busy_s(self) -> float:
+        """Seconds this thread has spent running calls, the running one included (what the
+        heartbeat reports as the worker's busy share, the autoscaler's measure of load)."""
+        with self._clock:
+            since = self._running_since
+            return self._ran_s + (time.perf_counter() - since if since is not None else 0.0)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the torch thread, with the caller's contextvars (log context)."""
@@ -60,14 +71,26 @@ class TorchThread:
             if not future.set_running_or_notify_cancel():
                 continue
             self._busy.set()
-            started = time.perf_counter()
+            started = self._begin()
             try:
                 result = call()
             except BaseException as exc:  # sys.exit() in a handler must not end this thread silently
-                self.last_call_s = time.perf_counter() - started
+                self.last_call_s = self._end(started)
                 future.set_exception(exc if isinstance(exc, Exception) else HandlerExit(exc))
             else:
-                self.last_call_s = time.perf_counter() - started
+                self.last_call_s = self._end(started)
                 future.set_result(result)
             finally:
                 self._busy.clear()
+
+    def _begin(self) -> float:
+        with self._clock:
+            self._running_since = time.perf_counter()
+            return self._running_since
+
+    def _end(self, started: float) -> float:
+        with self._clock:
+            elapsed = time.perf_counter() - started
+            self._ran_s += elapsed
+            self._running_since = None
+            return elapsed

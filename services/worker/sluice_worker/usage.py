@@ -1,5 +1,6 @@
-"""What a worker uses, refreshed into its record with every heartbeat so that DescribeModel and the
-metrics show it for workers on any host: the process's resident memory and, on a GPU, TorchServe's
+"""What a worker uses, refreshed into its record with every heartbeat so that DescribeModel, the
+metrics and the autoscaler see it for workers on any host: the process's resident memory, the share
+of the time since the last beat its handler was running and, on a GPU, TorchServe's
 ``GPUUtilization`` (percent, through NVML when torch can reach it) and ``GPUMemoryUsed`` (MiB this
 process holds on the device).
 
@@ -8,6 +9,7 @@ machines without a GPU.
 """
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -39,21 +41,44 @@ class TorchGpu:
         return int(torch.cuda.memory_reserved(device))
 
 
+class BusyShare:
+    """The share of wall time between two readings that ``busy_s`` (seconds of work so far) grew by."""
+
+    def __init__(self, busy_s: Callable[[], float], clock: Callable[[], float] = time.monotonic) -> None:
+        self._busy_s = busy_s
+        self._clock = clock
+        self._last = (clock(), busy_s())
+
+    def read(self) -> float:
+        now, busy = self._clock(), self._busy_s()
+        last_at, last_busy = self._last
+        self._last = (now, busy)
+        if now <= last_at:
+            return 0.0
+        return round(min(1.0, max(0.0, (busy - last_busy) / (now - last_at))), 3)
+
+
 def usage_refresher(
-    choice: DeviceChoice, gpu: GpuReadings | None = None, rss: Callable[[], int] | None = None
+    choice: DeviceChoice,
+    busy_s: Callable[[], float],
+    gpu: GpuReadings | None = None,
+    rss: Callable[[], int] | None = None,
 ) -> Callable[[WorkerRecord], WorkerRecord]:
-    """A function that returns ``record`` with this worker's current use filled in."""
+    """A function that returns ``record`` with this worker's current use filled in; ``busy_s`` gives
+    the seconds its handler has run so far."""
     process = psutil.Process()
     read_rss = rss or (lambda: int(process.memory_info().rss))
     readings = gpu or TorchGpu()
     on_cuda = choice.device.startswith("cuda") and choice.gpu_id is not None
+    busy = BusyShare(busy_s)
 
     def refresh(record: WorkerRecord) -> WorkerRecord:
         if not on_cuda or choice.gpu_id is None:
-            return dataclasses.replace(record, memory_bytes=read_rss())
+            return dataclasses.replace(record, memory_bytes=read_rss(), busy_share=busy.read())
         return dataclasses.replace(
             record,
             memory_bytes=read_rss(),
+            busy_share=busy.read(),
             gpu_id=choice.gpu_id,
             gpu_utilization_percent=float(readings.utilization(choice.gpu_id)),
             gpu_memory_used_mib=readings.memory_reserved(choice.gpu_id) / MIB,

@@ -1,8 +1,9 @@
-"""The autoscaling policy against load series on a simulated clock: step, ramp, spike, oscillation
-and idle, with its bounds and cooldown."""
+"""The autoscaling policy against load series on a simulated clock: step, ramp, spike, oscillation,
+steady saturation and idle, with its bounds and cooldown."""
 
 import itertools
 from collections.abc import Iterable
+from dataclasses import replace
 
 import pytest
 from sluice_manager.supervision.autoscale import (
@@ -53,7 +54,19 @@ def changes(history: list[tuple[float, int]]) -> int:
 def test_needed_workers_rounds_up() -> None:
     assert needed_workers(Signal(0, queued=0, in_flight=0), SETTINGS) == 0
     assert needed_workers(Signal(0, queued=1, in_flight=0), SETTINGS) == 1
-    assert needed_workers(Signal(0, queued=3, in_flight=2), SETTINGS) == 3
+    assert needed_workers(Signal(0, queued=3, in_flight=2), SETTINGS) == 2, "jobs taken count as busy time"
+
+
+def test_needed_workers_count_busy_time_at_the_target_utilization() -> None:
+    assert needed_workers(Signal(0, queued=0, in_flight=3, busy=2.4), SETTINGS) == 3, "2.4 / 0.8 = 3"
+    assert needed_workers(Signal(0, queued=0, in_flight=3, busy=2.5), SETTINGS) == 4
+    assert needed_workers(Signal(0, queued=4, in_flight=1, busy=1.0), SETTINGS) == 4, "1 / 0.8 + 4 / 2"
+    assert needed_workers(Signal(0, queued=0, in_flight=0, busy=0.3), SETTINGS) == 1
+
+
+def test_a_stateful_versions_live_sequences_all_count_as_waiting() -> None:
+    held = Signal(0, queued=1, in_flight=5, stateful=True)
+    assert needed_workers(held, SETTINGS) == 3, "6 live sequences / 2"
 
 
 def test_a_step_up_waits_for_a_sustained_backlog_then_jumps() -> None:
@@ -61,6 +74,25 @@ def test_a_step_up_waits_for_a_sustained_backlog_then_jumps() -> None:
     assert desired_at(history, 10) == 1
     assert desired_at(history, 11) == 1, "a backlog must last up_after_s"
     assert desired_at(history, 12) == 4, "then straight to what is needed (7 jobs / 2 = 4)"
+
+
+def test_a_window_shorter_than_the_passes_needs_two_passes() -> None:
+    quick = replace(SETTINGS, up_after_s=0.3)
+    history = run(quick, series((3, 0), (3, 7)))
+    assert (desired_at(history, 3), desired_at(history, 4)) == (1, 4)
+
+
+def test_passes_far_apart_do_not_vouch_for_the_time_between() -> None:
+    # A manager away for a minute: its last pass before that does not make the new need sustained.
+    history = run(SETTINGS, [(0.0, 7), (60.0, 7), (61.0, 7), (62.0, 7)])
+    assert [desired for _, desired in history] == [1, 1, 1, 4]
+
+
+def test_a_window_may_start_at_time_zero() -> None:
+    state = ScalingState(desired=3)
+    for t in range(40):
+        state = decide(SETTINGS, state, Signal(at_s=float(t), queued=0, in_flight=0), NO_LIMIT).state
+    assert state.desired == 1
 
 
 def test_a_short_spike_scales_nothing() -> None:
@@ -84,13 +116,62 @@ def test_idle_comes_down_slowly_to_the_minimum() -> None:
     assert desired_at(history, 64) == 1
 
 
-def test_scaling_down_lands_on_the_peak_of_the_window() -> None:
-    # From 4 workers to a load that needs 1 worker, with a second one needed every fifth second: it
-    # settles on 2, not 1.
-    settled = series((5, 8)) + [(float(t), 4 if t % 5 == 0 else 2) for t in range(5, 60)]
+def test_scaling_down_lands_on_the_highest_sustained_need_of_the_window() -> None:
+    # From 4 workers to a load that needs 1 worker, with a second one needed for 3 s of every 10: it
+    # settles on 2, not 1 (at 1, those 3 s would scale it up again).
+    settled = series((5, 8)) + [(float(t), 4 if t % 10 < 3 else 2) for t in range(5, 90)]
     history = run(SETTINGS, settled)
     assert desired_at(history, 40) == 2
     assert history[-1][1] == 2
+
+
+def test_a_need_that_never_lasts_up_after_s_is_not_kept() -> None:
+    # Half a worker's load with a blip needing two for one second in twenty: scaling up would never
+    # follow the blips, so scaling down does not keep them either.
+    blips = series((5, 8)) + [(float(t), 4 if t % 20 == 0 else 1) for t in range(5, 80)]
+    history = run(SETTINGS, blips)
+    assert desired_at(history, 40) == 1
+    assert changes(history) == 2
+
+
+def test_scaling_down_lands_on_the_windows_mean_load() -> None:
+    # Needs 3 workers and 2 in turn, a pass each: never 3 for up_after_s, yet 2 would be short of
+    # the load half of the time (mean 2.25 workers).
+    alternating = [(float(t), 6 if t % 2 else 3) for t in range(120)]
+    history = run(SETTINGS, series((5, 6)) + alternating[5:])
+    assert {desired for t, desired in history if t > 3} == {3}
+
+
+def test_a_steady_load_that_keeps_every_worker_busy_never_scales_down() -> None:
+    # Three workers 85-95% busy, each holding its job, the queue drained to 0-2 waiting jobs: the
+    # queue alone (ceil(jobs / 2) = 2) would take a worker away while all three are needed.
+    settings = replace(SETTINGS, max_workers=3)
+    state = ScalingState(desired=3)
+    seen = set()
+    for t in range(600):
+        busy = 2.55 + 0.3 * ((t * 7) % 11) / 10
+        signal = Signal(at_s=float(t), queued=(t * 5) % 3, in_flight=3, busy=busy)
+        state = decide(settings, state, signal, NO_LIMIT).state
+        seen.add(state.desired)
+    assert seen == {3}
+
+
+def test_workers_busy_past_the_target_get_help_then_go_when_the_load_falls() -> None:
+    settings = replace(SETTINGS, max_workers=3)
+    state = initial_state(settings)
+    history = []
+    for t in range(120):
+        busy = 1.0 if t < 20 else 1.5 if t < 50 else 0.2  # one worker saturated, then two at 75%, then light
+        signal = Signal(at_s=float(t), queued=0, in_flight=2, busy=busy)
+        decision = decide(settings, state, signal, NO_LIMIT)
+        state = decision.state
+        history.append((float(t), state.desired))
+        if t == 2:
+            assert decision.change is not None
+            assert decision.change.reason == "busy"
+    assert desired_at(history, 2) == 2, "1.0 / 0.8: a second worker"
+    assert desired_at(history, 49) == 2, "1.5 / 0.8 = 1.9: two are enough"
+    assert desired_at(history, 80) == 1, "0.2 busy: back to one after down_after_s"
 
 
 def test_an_oscillating_load_scales_a_bounded_number_of_times() -> None:

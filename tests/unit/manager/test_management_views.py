@@ -87,7 +87,7 @@ def test_describe_entry_order_and_values() -> None:
     assert entry["workers"][1]["status"] == "UNLOADING"
     assert (entry["minWorkers"], entry["maxWorkers"], entry["deviceType"]) == (2, 3, "cpu")
     assert entry["autoscaling"] == {
-        "desiredWorkers": 2, "targetJobsPerWorker": 2.0, "scaleUpAfterMSec": 2000,
+        "desiredWorkers": 2, "targetUtilization": 0.8, "targetJobsPerWorker": 2.0, "scaleUpAfterMSec": 2000,
         "scaleDownAfterMSec": 60000, "scaleCooldownMSec": 10000,
     }  # fmt: skip
 

@@ -262,18 +262,23 @@ def test_autoscaling_keys_and_their_defaults() -> None:
     default = record(yaml={"batchSize": 4})
     assert (default.target_jobs_per_worker, default.scale_up_after_ms) == (8.0, 2000)
     assert (default.scale_down_after_ms, default.scale_cooldown_ms) == (60000, 10000)
+    assert default.target_utilization == 0.8
     tuned = record(
         yaml={
             "targetJobsPerWorker": 3,
+            "targetUtilization": 0.6,
             "scaleUpAfterMSec": 500,
             "scaleDownAfterMSec": 5000,
             "scaleCooldownMSec": 0,
         }
     )
     assert (tuned.target_jobs_per_worker, tuned.scale_up_after_ms) == (3.0, 500)
-    assert (tuned.scale_down_after_ms, tuned.scale_cooldown_ms) == (5000, 0)
+    assert (tuned.scale_down_after_ms, tuned.scale_cooldown_ms, tuned.target_utilization) == (5000, 0, 0.6)
     with pytest.raises(SluiceError, match="targetJobsPerWorker must be a positive number"):
         record(yaml={"targetJobsPerWorker": 0})
+    for bad in (0, 1.5, "high"):
+        with pytest.raises(SluiceError, match="targetUtilization must be"):
+            record(yaml={"targetUtilization": bad})
 
 
 def test_min_workers_zero_with_a_maximum_scales_from_zero() -> None:

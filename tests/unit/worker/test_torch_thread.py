@@ -55,6 +55,34 @@ async def test_busy_while_a_call_runs() -> None:
         worker.close()
 
 
+async def test_busy_seconds_count_finished_calls_and_the_running_one() -> None:
+    worker = TorchThread()
+    release = threading.Event()
+    started = threading.Event()
+
+    def block() -> bool:
+        started.set()
+        return release.wait(5)
+
+    try:
+        assert worker.busy_s() == 0.0
+        await worker.run(time.sleep, 0.05)
+        after_one = worker.busy_s()
+        assert 0.05 <= after_one < 1.0
+        task = asyncio.ensure_future(worker.run(block))
+        assert await asyncio.to_thread(started.wait, 5)
+        await asyncio.sleep(0.05)
+        assert worker.busy_s() >= after_one + 0.05, "the running call counts before it ends"
+        release.set()
+        await task
+        settled = worker.busy_s()
+        await asyncio.sleep(0.05)
+        assert worker.busy_s() == settled, "idle time is not busy time"
+    finally:
+        release.set()
+        worker.close()
+
+
 def _sleep_then_divide_by_zero() -> float:
     time.sleep(0.05)
     return 1 / 0

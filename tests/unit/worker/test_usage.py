@@ -3,9 +3,13 @@ no GPU is needed)."""
 
 from sluice.records import WorkerRecord, WorkerStatus
 from sluice_worker.device import choose_device
-from sluice_worker.usage import MIB, usage_refresher
+from sluice_worker.usage import MIB, BusyShare, usage_refresher
 
 RECORD = WorkerRecord(worker_id="9000", pid=1, host="h", status=WorkerStatus.READY, started_unix_ms=0)
+
+
+def never_busy() -> float:
+    return 0.0
 
 
 class FakeGpu:
@@ -22,7 +26,7 @@ class FakeGpu:
 
 def test_a_cpu_worker_reports_its_memory_only() -> None:
     gpu = FakeGpu()
-    refreshed = usage_refresher(choose_device(None, 0), gpu, rss=lambda: 123)(RECORD)
+    refreshed = usage_refresher(choose_device(None, 0), never_busy, gpu, rss=lambda: 123)(RECORD)
     assert refreshed.memory_bytes == 123
     assert (refreshed.gpu_id, refreshed.gpu_utilization_percent, refreshed.gpu_memory_used_mib) == (
         None,
@@ -34,12 +38,40 @@ def test_a_cpu_worker_reports_its_memory_only() -> None:
 
 def test_a_cuda_worker_reports_its_gpu() -> None:
     gpu = FakeGpu()
-    refreshed = usage_refresher(choose_device(1, cuda_device_count=2), gpu, rss=lambda: 5)(RECORD)
+    refreshed = usage_refresher(choose_device(1, cuda_device_count=2), never_busy, gpu, rss=lambda: 5)(RECORD)
     assert (refreshed.memory_bytes, refreshed.gpu_id) == (5, 1)
     assert (refreshed.gpu_utilization_percent, refreshed.gpu_memory_used_mib) == (37.0, 1536.0)
     assert gpu.asked == [1]
 
 
 def test_a_gpu_request_on_a_machine_without_cuda_reports_no_gpu() -> None:
-    refreshed = usage_refresher(choose_device(0, cuda_device_count=0), FakeGpu(), rss=lambda: 5)(RECORD)
+    refreshed = usage_refresher(choose_device(0, cuda_device_count=0), never_busy, FakeGpu(), rss=lambda: 5)(
+        RECORD
+    )
     assert refreshed.gpu_id is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_busy_share_is_the_handler_time_between_two_beats() -> None:
+    clock, busy = Clock(), [0.0]
+    share = BusyShare(lambda: busy[0], clock)
+    clock.now, busy[0] = 102.0, 1.5
+    assert share.read() == 0.75
+    clock.now = 103.0
+    assert share.read() == 0.0, "no work since the last reading"
+    clock.now, busy[0] = 104.0, 3.0
+    assert share.read() == 1.0, "a call longer than the interval counts once, capped at all of it"
+    assert share.read() == 0.0, "no time passed"
+
+
+def test_the_busy_share_goes_into_the_record() -> None:
+    ran = iter([0.0, 0.25])
+    refreshed = usage_refresher(choose_device(None, 0), lambda: next(ran), FakeGpu(), rss=lambda: 1)(RECORD)
+    assert 0.0 < refreshed.busy_share <= 1.0

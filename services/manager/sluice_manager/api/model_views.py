@@ -137,6 +137,7 @@ def describe_json(view: VersionView, customized: Json | None = None) -> Json:
         # Sluice's addition: autoscaling between minWorkers and maxWorkers.
         "autoscaling": {
             "desiredWorkers": record.min_workers if view.desired_workers is None else view.desired_workers,
+            "targetUtilization": record.target_utilization,
             "targetJobsPerWorker": record.target_jobs_per_worker,
             "scaleUpAfterMSec": record.scale_up_after_ms,
             "scaleDownAfterMSec": record.scale_down_after_ms,

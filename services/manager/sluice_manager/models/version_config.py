@@ -13,9 +13,9 @@ torchserve.md section 5.3:
 - ``jobQueueSize`` (> 0), ``maxRetryTimeoutInSec``, ``clientTimeoutInMills``, ``deviceType`` from the
   yaml only. Sluice reads extra yaml keys: ``batchPolicy`` (``fill`` or ``eager``), for worker
   containers ``containerCpus`` (cores, e.g. 1.5) and ``containerMemory`` (e.g. ``2g``), and for
-  autoscaling between ``minWorkers`` and ``maxWorkers`` ``targetJobsPerWorker`` (default: twice the
-  batch size), ``scaleUpAfterMSec`` (2000), ``scaleDownAfterMSec`` (60000), ``scaleCooldownMSec``
-  (10000).
+  autoscaling between ``minWorkers`` and ``maxWorkers`` ``targetUtilization`` (0.8),
+  ``targetJobsPerWorker`` (default: twice the batch size), ``scaleUpAfterMSec`` (2000),
+  ``scaleDownAfterMSec`` (60000), ``scaleCooldownMSec`` (10000).
 - Stateful models, from the yaml only: ``sequenceBatching`` (with ``sequenceMaxIdleMSec`` > 0, else
   the model is not stateful, as in TorchServe), ``sequenceTimeoutMSec``, ``maxSequenceJobQueueSize``
   and ``maxNumSequence`` (0 reads as 1, as in TorchServe), and Sluice's ``sequenceStateMaxBytes``.
@@ -40,6 +40,7 @@ log = get_logger(__name__)
 DEFAULT_BATCH_SIZE = 1
 DEFAULT_MAX_BATCH_DELAY_MS = 100
 DEFAULT_MAX_RETRY_TIMEOUT_S = 300
+DEFAULT_TARGET_UTILIZATION = 0.8
 DEFAULT_SCALE_UP_AFTER_MS = 2000
 DEFAULT_SCALE_DOWN_AFTER_MS = 60000
 DEFAULT_SCALE_COOLDOWN_MS = 10000
@@ -155,6 +156,7 @@ def build_record(
         min_workers=min_workers,
         max_workers=max_workers,
         target_jobs_per_worker=yaml_conf.positive_number("targetJobsPerWorker") or 2.0 * batch_size,
+        target_utilization=yaml_conf.share("targetUtilization") or DEFAULT_TARGET_UTILIZATION,
         scale_up_after_ms=_first_not_negative(
             yaml_conf.integer("scaleUpAfterMSec"), DEFAULT_SCALE_UP_AFTER_MS
         ),
@@ -293,6 +295,15 @@ class _YamlConfig:
                 ErrorCode.INVALID_ARGUMENT, f"model-config.yaml: {key} must be a positive number"
             )
         return float(value)
+
+    def share(self, key: str) -> float:
+        """A fraction above 0 and at most 1 (0.0 when the key is absent)."""
+        value = self.positive_number(key)
+        if value > 1:
+            raise SluiceError(
+                ErrorCode.INVALID_ARGUMENT, f"model-config.yaml: {key} must be above 0 and at most 1"
+            )
+        return value
 
     def memory(self, key: str) -> int:
         value = self.raw.get(key)

@@ -439,7 +439,9 @@ def _log_change(
         jobs=signal.jobs,
         queued=signal.queued,
         in_flight=signal.in_flight,
+        busy=round(signal.busy, 3),
         oldest_job_age_s=round(signal.oldest_age_s, 3),
+        target_utilization=settings.target_utilization,
         target_jobs_per_worker=settings.target_jobs_per_worker,
         range=f"{settings.min_workers}-{settings.max_workers}",
     )

@@ -67,6 +67,12 @@ def _worker(raw: bytes | str) -> WorkerRecord | None:
         return None
 
 
+def _busy(raw_records: list[bytes | str]) -> float:
+    """The busy shares the version's workers announced, summed (one still loading has none yet)."""
+    workers = (_worker(raw) for raw in raw_records)
+    return sum(worker.busy_share for worker in workers if worker is not None)
+
+
 def _version_field(model: str, version: str) -> str:
     # Names never contain ":" (sluice.names), so the field splits back unambiguously.
     return f"{model}:{version}"
@@ -165,9 +171,10 @@ class WorkerStateStore:
 
     async def signal(self, model: str, version: str, at_s: float, *, stateful: bool = False) -> Signal:
         """The version's load: jobs in its stream (acknowledged jobs are deleted), those delivered to
-        a worker and not yet acknowledged, and the age of the oldest (its entry id is its enqueue
-        time in ms). One pipelined round trip. A stateful version's jobs wait in their sequences'
-        streams: its load is its live sequences (:meth:`_sequence_signal`)."""
+        a worker and not yet acknowledged, the age of the oldest (its entry id is its enqueue time in
+        ms), and how busy its workers were (their records, refreshed with every heartbeat). One
+        pipelined round trip. A stateful version's jobs wait in their sequences' streams: its jobs
+        are its live sequences (:meth:`_sequence_signal`)."""
         if stateful:
             return await self._sequence_signal(model, version, at_s)
         stream = keys.job_stream(model, version)
@@ -175,7 +182,8 @@ class WorkerStateStore:
             pipe.xlen(stream)
             pipe.xpending(stream, keys.JOB_GROUP)
             pipe.xrange(stream, "-", "+", count=1)
-            length, pending, oldest = await pipe.execute(raise_on_error=False)
+            pipe.hvals(keys.workers(model, version))
+            length, pending, oldest, workers = await pipe.execute(raise_on_error=False)
         jobs = length if isinstance(length, int) else 0
         in_flight = int(pending.get("pending") or 0) if isinstance(pending, dict) else 0
         age_s = 0.0
@@ -183,7 +191,11 @@ class WorkerStateStore:
             enqueued_ms = int(_text(oldest[0][0]).split("-", 1)[0])
             age_s = max(0.0, at_s - enqueued_ms / 1000)
         return Signal(
-            at_s=at_s, queued=max(jobs - in_flight, 0), in_flight=min(in_flight, jobs), oldest_age_s=age_s
+            at_s=at_s,
+            queued=max(jobs - in_flight, 0),
+            in_flight=min(in_flight, jobs),
+            oldest_age_s=age_s,
+            busy=_busy(workers if isinstance(workers, list) else []),
         )
 
     async def _sequence_signal(self, model: str, version: str, at_s: float) -> Signal:
@@ -194,13 +206,20 @@ class WorkerStateStore:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zcount(live_key, now_ms, "+inf")
             pipe.smembers(keys.held_sequences(model, version, ""))
-            live, unassigned = await pipe.execute()
+            pipe.hvals(keys.workers(model, version))
+            live, unassigned, workers = await pipe.execute()
         waiting = 0
         if unassigned:
             # The set of unassigned sequences may still name some that idled out before a holder came.
             expiries = await self.redis.zmscore(live_key, list(unassigned))
             waiting = sum(1 for expiry in expiries if expiry is not None and expiry >= now_ms)
-        return Signal(at_s=at_s, queued=waiting, in_flight=max(int(live) - waiting, 0))
+        return Signal(
+            at_s=at_s,
+            queued=waiting,
+            in_flight=max(int(live) - waiting, 0),
+            busy=_busy(workers),
+            stateful=True,
+        )
 
     async def _holders(self, model: str, version: str) -> set[str]:
         """The workers that hold at least one sequence of the version."""
@@ -219,8 +238,12 @@ class WorkerStateStore:
         if raw is None:
             return None
         try:
-            return ScalingState(**json.loads(raw))
-        except (ValueError, TypeError):
+            fields = json.loads(raw)
+            known = {field.name for field in dataclasses.fields(ScalingState)}
+            kept = {name: value for name, value in fields.items() if name in known}
+            kept["recent"] = tuple((float(at), int(needed)) for at, needed in kept.get("recent", ()))
+            return ScalingState(**kept)
+        except (ValueError, TypeError, AttributeError):
             log.warning("ignoring an unreadable scaling state", model=model, version=version)
             return None
 

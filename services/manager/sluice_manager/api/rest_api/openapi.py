@@ -63,6 +63,7 @@ _DESCRIPTION = {
             "description": "Sluice: the workers wanted between minWorkers and maxWorkers, and the settings.",
             "properties": {
                 "desiredWorkers": {"type": "integer"},
+                "targetUtilization": {"type": "number"},
                 "targetJobsPerWorker": {"type": "number"},
                 **{
                     name: {"type": "integer"}

@@ -1,0 +1,34 @@
+"""The autoscaler's state kept in a real Redis: it comes back as it was saved (a restarted manager
+resumes mid-window), and a state saved by an older manager is read for what it still holds."""
+
+import json
+
+import redis.asyncio as aioredis
+from sluice import keys
+from sluice_manager.supervision.autoscale import ScalingState
+from sluice_manager.supervision.worker_state import WorkerStateStore
+
+
+async def test_a_saved_state_comes_back_as_it_was(redis_client: "aioredis.Redis") -> None:
+    store = WorkerStateStore(redis_client)
+    state = ScalingState(
+        desired=3, changed_at_s=10.5, recent=((11.0, 3), (12.0, 2)), below_since_s=12.0, peak_while_below=2
+    )
+    await store.put_scaling_state("m", "1.0", state)
+    assert await store.scaling_state("m", "1.0") == state
+
+
+async def test_an_older_managers_state_keeps_its_count_and_drops_what_changed(
+    redis_client: "aioredis.Redis",
+) -> None:
+    older = {
+        "desired": 2,
+        "changed_at_s": 5.0,
+        "above_since_s": None,
+        "below_since_s": 7.0,
+        "peak_while_below": 1,
+    }
+    await redis_client.hset(keys.SCALING, "m:1.0", json.dumps(older))
+    assert await WorkerStateStore(redis_client).scaling_state("m", "1.0") == ScalingState(
+        desired=2, changed_at_s=5.0, below_since_s=7.0, peak_while_below=1
+    )
