@@ -32,10 +32,9 @@ class HandlerExit(Exception):
 class TorchThread:
     def __init__(self, name: str = "torch") -> None:
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
-        self._busy = threading.Event()
         # How long the last call ran on this thread (set before its caller hears of the result).
         self.last_call_s = 0.0
-        # Seconds of calls run so far, and when the running call (if any) began: busy_s().
+        # Seconds of calls run so far, and when the running call (if any) began.
         self._clock = threading.Lock()
         self._ran_s = 0.0
         self._running_since: float | None = None
@@ -45,7 +44,7 @@ class TorchThread:
     @property
     def busy(self) -> bool:
         """True while a call runs (after a timeout: the call we gave up on is still running)."""
-        return self._busy.is_set()
+        return self._running_since is not None
 
     def busy_s(self) -> float:
         """Seconds this thread has spent running calls, the running one included (what the
@@ -70,8 +69,8 @@ class TorchThread:
             future, call = item
             if not future.set_running_or_notify_cancel():
                 continue
-            self._busy.set()
-            started = self._begin()
+            with self._clock:
+                self._running_since = started = time.perf_counter()
             try:
                 result = call()
             except BaseException as exc:  # sys.exit() in a handler must not end this thread silently
@@ -80,15 +79,9 @@ class TorchThread:
             else:
                 self.last_call_s = self._end(started)
                 future.set_result(result)
-            finally:
-                self._busy.clear()
-
-    def _begin(self) -> float:
-        with self._clock:
-            self._running_since = time.perf_counter()
-            return self._running_since
 
     def _end(self, started: float) -> float:
+        """Close the running call's time: how long it ran."""
         with self._clock:
             elapsed = time.perf_counter() - started
             self._ran_s += elapsed

@@ -73,12 +73,11 @@ def usage_refresher(
     busy = BusyShare(busy_s)
 
     def refresh(record: WorkerRecord) -> WorkerRecord:
+        used = dataclasses.replace(record, memory_bytes=read_rss(), busy_share=busy.read())
         if not on_cuda or choice.gpu_id is None:
-            return dataclasses.replace(record, memory_bytes=read_rss(), busy_share=busy.read())
+            return used
         return dataclasses.replace(
-            record,
-            memory_bytes=read_rss(),
-            busy_share=busy.read(),
+            used,
             gpu_id=choice.gpu_id,
             gpu_utilization_percent=float(readings.utilization(choice.gpu_id)),
             gpu_memory_used_mib=readings.memory_reserved(choice.gpu_id) / MIB,

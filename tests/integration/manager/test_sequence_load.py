@@ -57,18 +57,18 @@ async def test_the_signal_of_a_stateful_version_counts_its_live_sequences(
     await live_sequence(redis_client, "held-2", "w1", now_ms)
     await live_sequence(redis_client, "held-3", "w2", now_ms)
 
-    signal = await store.signal("m", "1.0", now, stateful=True)
+    signal = await store.signal("m", "1.0", now, {}, stateful=True)
     assert (signal.queued, signal.in_flight, signal.jobs) == (1, 3, 4)
     assert await store.busy_workers("m", "1.0", stateful=True) == {"w1", "w2"}
     # What the version's shared stream says: nothing.
-    assert (await store.signal("m", "1.0", now)).jobs == 0
+    assert (await store.signal("m", "1.0", now, {})).jobs == 0
     assert await store.busy_workers("m", "1.0") == set()
 
     # w2's sequence ended (its holder let it go); later every sequence idles out, the unassigned one too.
     await redis_client.srem(keys.held_sequences("m", "1.0", "w2"), "held-3")
     assert await store.busy_workers("m", "1.0", stateful=True) == {"w1"}
     later = now + IDLE_MS / 1000 + 1
-    idle = await store.signal("m", "1.0", later, stateful=True)
+    idle = await store.signal("m", "1.0", later, {}, stateful=True)
     assert (idle.queued, idle.in_flight) == (0, 0)
 
 

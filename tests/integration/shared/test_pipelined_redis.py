@@ -12,40 +12,35 @@ from sluice.redis_errors import RedisDown, ReplyError
 from tests.support.redis_server import RedisServer, free_port, redis_with_socket
 
 
-@pytest.fixture
-def client(pipelined_redis: PipelinedRedis) -> PipelinedRedis:
-    return pipelined_redis
-
-
-async def test_commands_sent_together_are_answered_in_order(client: PipelinedRedis) -> None:
-    sent = [client.send("INCR", "counter") for _ in range(300)]
+async def test_commands_sent_together_are_answered_in_order(pipelined_redis: PipelinedRedis) -> None:
+    sent = [pipelined_redis.send("INCR", "counter") for _ in range(300)]
     assert await asyncio.gather(*sent) == list(range(1, 301))
-    assert await client.execute("GET", "counter") == b"300"
+    assert await pipelined_redis.execute("GET", "counter") == b"300"
 
 
-async def test_binary_values_round_trip(client: PipelinedRedis) -> None:
+async def test_binary_values_round_trip(pipelined_redis: PipelinedRedis) -> None:
     value = bytes(range(256)) * 1000
-    await client.execute("SET", "blob", value)
-    assert await client.execute("GET", "blob") == value
-    assert await client.execute("GET", "missing") is None
+    await pipelined_redis.execute("SET", "blob", value)
+    assert await pipelined_redis.execute("GET", "blob") == value
+    assert await pipelined_redis.execute("GET", "missing") is None
 
 
-async def test_an_error_reply_fails_its_command_only(client: PipelinedRedis) -> None:
-    await client.execute("SET", "text", "x")
-    failing = client.send("INCR", "text")
-    after = client.send("INCR", "number")
+async def test_an_error_reply_fails_its_command_only(pipelined_redis: PipelinedRedis) -> None:
+    await pipelined_redis.execute("SET", "text", "x")
+    failing = pipelined_redis.send("INCR", "text")
+    after = pipelined_redis.send("INCR", "number")
     with pytest.raises(ReplyError, match="not an integer"):
         await failing
     assert await after == 1
 
 
-async def test_evalsha_loads_a_script_redis_does_not_know(client: PipelinedRedis) -> None:
+async def test_evalsha_loads_a_script_redis_does_not_know(pipelined_redis: PipelinedRedis) -> None:
     script = "return redis.call('INCRBY', KEYS[1], ARGV[1])"
     sha = hashlib.sha1(script.encode()).hexdigest()
-    assert await client.evalsha(sha, script, ["k"], [5]) == 5  # NOSCRIPT, then EVAL
-    assert await client.evalsha(sha, script, ["k"], [5]) == 10  # cached now
-    await client.execute("SCRIPT", "FLUSH")
-    assert await client.evalsha(sha, script, ["k"], [1]) == 11
+    assert await pipelined_redis.evalsha(sha, script, ["k"], [5]) == 5  # NOSCRIPT, then EVAL
+    assert await pipelined_redis.evalsha(sha, script, ["k"], [5]) == 10  # cached now
+    await pipelined_redis.execute("SCRIPT", "FLUSH")
+    assert await pipelined_redis.evalsha(sha, script, ["k"], [1]) == 11
 
 
 async def test_the_database_of_the_url_is_selected(redis_server: RedisServer) -> None:
@@ -59,38 +54,40 @@ async def test_the_database_of_the_url_is_selected(redis_server: RedisServer) ->
         await check.aclose()
 
 
-async def test_a_reply_overdue_fails_with_timeout_and_the_client_recovers(client: PipelinedRedis) -> None:
-    blocked = client.send("XREAD", "BLOCK", 3000, "STREAMS", "nothing", "$", timeout_s=0.3)
-    queued_behind = client.send("PING")
+async def test_a_reply_overdue_fails_with_timeout_and_the_client_recovers(
+    pipelined_redis: PipelinedRedis,
+) -> None:
+    blocked = pipelined_redis.send("XREAD", "BLOCK", 3000, "STREAMS", "nothing", "$", timeout_s=0.3)
+    queued_behind = pipelined_redis.send("PING")
     with pytest.raises(RedisDown):
         await blocked
     with pytest.raises(RedisDown):
         await queued_behind
-    assert await client.execute("PING") == b"PONG"
+    assert await pipelined_redis.execute("PING") == b"PONG"
 
 
-async def test_a_cancelled_caller_does_not_shift_the_replies(client: PipelinedRedis) -> None:
-    waiting = asyncio.ensure_future(client.execute("XREAD", "BLOCK", 200, "STREAMS", "nothing", "$"))
+async def test_a_cancelled_caller_does_not_shift_the_replies(pipelined_redis: PipelinedRedis) -> None:
+    waiting = asyncio.ensure_future(pipelined_redis.execute("XREAD", "BLOCK", 200, "STREAMS", "nothing", "$"))
     await asyncio.sleep(0.05)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    assert await client.execute("ECHO", "mine") == b"mine"
+    assert await pipelined_redis.execute("ECHO", "mine") == b"mine"
 
 
 async def test_redis_going_away_fails_commands_in_flight_then_reconnects(
-    redis_server: RedisServer, client: PipelinedRedis
+    redis_server: RedisServer, pipelined_redis: PipelinedRedis
 ) -> None:
-    await client.execute("SET", "before", "1")
-    blocked = client.send("XREAD", "BLOCK", 5000, "STREAMS", "nothing", "$")
+    await pipelined_redis.execute("SET", "before", "1")
+    blocked = pipelined_redis.send("XREAD", "BLOCK", 5000, "STREAMS", "nothing", "$")
     await asyncio.sleep(0.1)
     redis_server.kill()
     with pytest.raises(RedisDown):
         await blocked
     with pytest.raises(RedisDown):  # nobody listens: refused at once, no hang
-        await client.execute("PING")
+        await pipelined_redis.execute("PING")
     redis_server.start()
-    assert await client.execute("GET", "before") == b"1"  # AOF kept it; a new connection read it
+    assert await pipelined_redis.execute("GET", "before") == b"1"  # AOF kept it; a new connection read it
 
 
 async def test_an_unreachable_redis_is_a_connection_error() -> None:
@@ -102,11 +99,11 @@ async def test_an_unreachable_redis_is_a_connection_error() -> None:
         await pipelined.close()
 
 
-async def test_a_closed_client_refuses_commands(client: PipelinedRedis) -> None:
-    assert await client.execute("PING") == b"PONG"
-    await client.close()
+async def test_a_closed_client_refuses_commands(pipelined_redis: PipelinedRedis) -> None:
+    assert await pipelined_redis.execute("PING") == b"PONG"
+    await pipelined_redis.close()
     with pytest.raises(RedisDown, match="closed"):
-        await client.execute("PING")
+        await pipelined_redis.execute("PING")
 
 
 async def test_the_credentials_of_the_url_are_used(

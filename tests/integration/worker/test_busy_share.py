@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from sluice import keys
 from sluice.records import WorkerRecord
+from sluice_manager.supervision.autoscale import Signal
 from sluice_manager.supervision.worker_state import WorkerStateStore
 
 from tests.integration.worker.harness import ReplyStream, WorkerProcess, enqueue, job, register_sync
@@ -32,6 +33,10 @@ def worker(module_redis: RedisServer, tmp_path: Path) -> Iterator[WorkerProcess]
     finally:
         process.send(signal.SIGTERM)
         assert process.wait() == 0, process.log()
+
+
+async def load_signal(store: WorkerStateStore) -> Signal:
+    return await store.signal(MODEL, VERSION, time.time(), await store.announced(MODEL, VERSION))
 
 
 async def busy_share(client: "aioredis.Redis", worker: WorkerProcess) -> float:
@@ -57,10 +62,10 @@ async def test_a_worker_reports_its_busy_share_and_the_signal_sums_it(
         item = job(MODEL, VERSION, {"data": b"x"}, reply_to=replies.key)
         await enqueue(client, item)
         await replies.finals([item.job_id])
-        highest = max(highest, (await store.signal(MODEL, VERSION, time.time())).busy)
+        highest = max(highest, (await load_signal(store)).busy)
         assert time.monotonic() < deadline
     assert highest >= 0.5, f"a worker busy most of the time reported {highest}"
-    signal_now = await store.signal(MODEL, VERSION, time.time())
+    signal_now = await load_signal(store)
     assert signal_now.queued == 0, "no job waits: only the busy share shows the load"
     await eventually(idle, timeout_s=10)
-    assert (await store.signal(MODEL, VERSION, time.time())).busy == 0.0
+    assert (await load_signal(store)).busy == 0.0

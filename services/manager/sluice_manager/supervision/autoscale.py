@@ -156,8 +156,8 @@ def decide(settings: ScalingSettings, state: ScalingState, signal: Signal, capac
     floor = needed if sustained is None else sustained
     if floor >= current:
         return Decision(_no_window(state))
-    state = _below(state, signal.at_s, floor, load(signal, settings), settings.up_after_s)
     since = signal.at_s if state.below_since_s is None else state.below_since_s
+    state = _below(state, since, signal.at_s, floor, load(signal, settings), settings.up_after_s)
     if not cooled or signal.at_s - since < settings.down_after_s:
         return Decision(state)
     mean = math.ceil(state.load_sum_while_below / state.passes_while_below - ROUNDING)
@@ -167,10 +167,12 @@ def decide(settings: ScalingSettings, state: ScalingState, signal: Signal, capac
     return _change(state, to, signal, needed, "idle" if to == low else "less load")
 
 
-def _below(state: ScalingState, at_s: float, floor: int, pass_load: float, up_after_s: float) -> ScalingState:
-    """``state`` with this pass added to the window in which the need stays below ``desired``."""
+def _below(
+    state: ScalingState, since: float, at_s: float, floor: int, pass_load: float, up_after_s: float
+) -> ScalingState:
+    """``state`` with this pass added to the window (from ``since``) in which the need stays below
+    ``desired``."""
     fresh = state.below_since_s is None
-    since = at_s if state.below_since_s is None else state.below_since_s
     peak = 0 if fresh else state.peak_while_below
     if at_s - up_after_s >= since:  # a need sustained inside the window, not in its run-up
         peak = max(peak, floor)

@@ -2,7 +2,9 @@
 
 Runs every ``reconcile_interval_s`` and at once when woken (a worker exited, a model was registered or
 scaled). Only the manager holding the lease reconciles. Exits reach it as events from the launcher
-(:meth:`Reconciler.follow_exits`); a pass that sees an exit first handles it the same way.
+(:meth:`Reconciler.follow_exits`); a pass that sees an exit first handles it the same way. Each pass
+asks the autoscaler (:mod:`.scaler`) how many workers a version wants; at start, :mod:`.adoption`
+takes over what a previous manager left running.
 """
 
 import asyncio
@@ -14,15 +16,13 @@ from redis.exceptions import RedisError
 from sluice.log import get_logger
 from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
 
-from sluice_manager.supervision import autoscale
-from sluice_manager.supervision.autoscale import Signal, scaling_settings
+from sluice_manager.supervision import adoption
 from sluice_manager.supervision.launchers.base import (
     LOG_PATH,
     Capacity,
     ContainerLimits,
     Launcher,
     LaunchRecord,
-    Placement,
     RunState,
     WorkerExit,
     WorkerSpec,
@@ -37,6 +37,7 @@ from sluice_manager.supervision.policy import (
     decide,
     restart_delay_s,
 )
+from sluice_manager.supervision.scaler import Scaler
 from sluice_manager.supervision.worker_state import AnnouncedWorker, RegisteredVersion, WorkerStateStore
 from sluice_manager.waiting import wait_any
 
@@ -79,6 +80,7 @@ class Reconciler:
         self.launcher = launcher
         self.config = config
         self.clock = clock
+        self.scaler = Scaler(store, clock)
         self._wake = asyncio.Event()
         self._heartbeat_missing_since: dict[str, float] = {}
         self._waiting_logged: set[VersionKey] = set()
@@ -114,33 +116,8 @@ class Reconciler:
                 log.exception("worker exit handling failed", worker=ended.worker_id)
 
     async def adopt(self) -> None:
-        """Take over the workers a previous manager started, and clean up after those that died
-        meanwhile, so that a restart neither duplicates nor orphans workers."""
-        launched = await self.store.launched()
-        mine = [record for record in launched.values() if record.launcher == self.launcher.name]
-        adopted = {record.worker_id for record in await self.launcher.adopt(mine)}
-        for record in mine:
-            if record.worker_id not in adopted:
-                log.info("worker gone while no manager ran", model=record.model_name, version=record.version,
-                         worker=record.worker_id)  # fmt: skip
-                await self.store.forget_worker(record.model_name, record.version, record.worker_id)
-        if self.launcher.can_start:
-            await self._adopt_unrecorded(set(launched))
-
-    async def _adopt_unrecorded(self, known: set[str]) -> None:
-        """Workers that run without a launch record (a manager died between starting one and
-        recording it): those the launcher sees itself (containers by their labels), and local ones
-        that announced themselves. Adopted, they are reconciled like any other (a worker of a
-        version no longer registered is then stopped)."""
-        candidates = [record for record in await self.launcher.discover() if record.worker_id not in known]
-        seen = known | {record.worker_id for record in candidates}
-        host = (await self.launcher.capacity()).host
-        for model, version in await self.store.registered_versions():
-            for worker_id, announced in (await self.store.announced(model, version)).items():
-                if worker_id not in seen and announced.record.host == host:
-                    candidates.append(_announced_record(self.launcher.name, model, version, announced.record))
-        for record in await self.launcher.adopt(candidates):
-            await self.store.put_launched(record)
+        """Take over the workers a previous manager started (:func:`adoption.adopt`)."""
+        await adoption.adopt(self.store, self.launcher)
 
     async def on_worker_exit(self, ended: WorkerExit) -> None:
         """A worker ended: drop its records at once (its jobs get reclaimed quickly) and count an
@@ -179,41 +156,31 @@ class Reconciler:
         by_version: dict[VersionKey, list[LaunchRecord]] = {}
         for record in launched.values():
             by_version.setdefault((record.model_name, record.version), []).append(record)
+        # Read once a pass: the autoscaler sums their busy shares, the policy looks at their states.
+        announced = {key: await self.store.announced(*key) for key in sorted(set(versions) | set(by_version))}
         wanted = {
-            key: await self._wanted(
-                key, version.record, len(launched) - len(by_version.get(key, [])), capacity
+            key: await self.scaler.wanted(
+                version.record,
+                announced[key],
+                self._slots(capacity) - (len(launched) - len(by_version.get(key, []))),
             )
             for key, version in versions.items()
             if version.active
         }
         planned = sum(wanted.values())
-        for key in sorted(set(versions) | set(by_version)):
+        for key, workers in announced.items():
             registered = versions.get(key)
             desired = self._desired(registered, wanted.get(key, 0))
             await self._reconcile_version(
-                key, registered, desired, by_version.get(key, []), states, planned, list(launched.values())
+                key,
+                registered,
+                desired,
+                by_version.get(key, []),
+                workers,
+                states,
+                planned,
+                list(launched.values()),
             )
-
-    async def _wanted(self, key: VersionKey, record: VersionRecord, others: int, capacity: Capacity) -> int:
-        """How many workers the version should run now: the autoscaler's choice from its load (read
-        only when its range lets it scale), which it keeps in Redis with its timers."""
-        model, version = key
-        settings = scaling_settings(record)
-        stored = await self.store.scaling_state(model, version)
-        state = stored or autoscale.initial_state(settings)
-        now = self.clock()
-        signal = (
-            await self.store.signal(model, version, now, stateful=record.stateful)
-            if settings.autoscaled
-            else Signal(now, 0, 0)
-        )
-        room = self._slots(capacity) - others
-        decision = autoscale.decide(settings, state, signal, max(room, 1))
-        if decision.change is not None:
-            _log_change(model, version, decision.change, signal, settings)
-        if stored is None or decision.state != state:  # kept for a restarted manager and the metrics
-            await self.store.put_scaling_state(model, version, decision.state)
-        return decision.state.desired
 
     def _slots(self, capacity: Capacity) -> int:
         if self.config.worker_slots:
@@ -231,12 +198,12 @@ class Reconciler:
         registered: RegisteredVersion | None,
         desired: Desired,
         launched: list[LaunchRecord],
+        announced: dict[str, AnnouncedWorker],
         states: dict[str, RunState],
         planned: int,
         everywhere: list[LaunchRecord],
     ) -> None:
         model, version = key
-        announced = await self.store.announced(model, version)
         launched = await self._note_ready(launched, announced)
         busy = await self.store.busy_workers(
             model, version, stateful=registered is not None and registered.record.stateful
@@ -422,42 +389,6 @@ class Reconciler:
                 return True
             await asyncio.sleep(0.05)
         return False
-
-
-def _log_change(
-    model: str, version: str, change: autoscale.Change, signal: Signal, settings: autoscale.ScalingSettings
-) -> None:
-    """One event per autoscaling decision: from -> to, the signal and the threshold."""
-    log.info(
-        "workers scaled",
-        model=model,
-        version=version,
-        from_workers=change.from_workers,
-        to_workers=change.to_workers,
-        reason=change.reason,
-        needed=change.needed,
-        jobs=signal.jobs,
-        queued=signal.queued,
-        in_flight=signal.in_flight,
-        busy=round(signal.busy, 3),
-        oldest_job_age_s=round(signal.oldest_age_s, 3),
-        target_utilization=settings.target_utilization,
-        target_jobs_per_worker=settings.target_jobs_per_worker,
-        range=f"{settings.min_workers}-{settings.max_workers}",
-    )
-
-
-def _announced_record(launcher: str, model: str, version: str, worker: WorkerRecord) -> LaunchRecord:
-    """A launch record for a local worker known only from its announcement (its pid and host)."""
-    return LaunchRecord(
-        worker_id=worker.worker_id,
-        model_name=model,
-        version=version,
-        launcher=launcher,
-        handle=str(worker.pid),
-        placement=Placement(host=worker.host),
-        started_unix_ms=worker.started_unix_ms,
-    )
 
 
 def _started_unix_ms(launch: LaunchRecord | None, worker: WorkerRecord | None) -> int:

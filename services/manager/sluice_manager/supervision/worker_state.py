@@ -5,6 +5,7 @@ that a restarted manager picks up where its predecessor stopped."""
 import dataclasses
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -65,12 +66,6 @@ def _worker(raw: bytes | str) -> WorkerRecord | None:
     except ValueError:
         log.warning("ignoring an unreadable worker record")
         return None
-
-
-def _busy(raw_records: list[bytes | str]) -> float:
-    """The busy shares the version's workers announced, summed (one still loading has none yet)."""
-    workers = (_worker(raw) for raw in raw_records)
-    return sum(worker.busy_share for worker in workers if worker is not None)
 
 
 def _version_field(model: str, version: str) -> str:
@@ -169,21 +164,30 @@ class WorkerStateStore:
     async def next_worker_id(self) -> str:
         return await registry.next_worker_id(self.redis)
 
-    async def signal(self, model: str, version: str, at_s: float, *, stateful: bool = False) -> Signal:
+    async def signal(
+        self,
+        model: str,
+        version: str,
+        at_s: float,
+        workers: Mapping[str, AnnouncedWorker],
+        *,
+        stateful: bool = False,
+    ) -> Signal:
         """The version's load: jobs in its stream (acknowledged jobs are deleted), those delivered to
         a worker and not yet acknowledged, the age of the oldest (its entry id is its enqueue time in
-        ms), and how busy its workers were (their records, refreshed with every heartbeat). One
-        pipelined round trip. A stateful version's jobs wait in their sequences' streams: its jobs
-        are its live sequences (:meth:`_sequence_signal`)."""
+        ms), all in one pipelined round trip; and how busy ``workers`` (:meth:`announced`) were, from
+        the records their heartbeats refresh (a worker whose heartbeat lapsed counts for none). A
+        stateful version's jobs wait in their sequences' streams: its jobs are its live sequences
+        (:meth:`_sequence_signal`)."""
+        busy = sum(worker.record.busy_share for worker in workers.values() if worker.heartbeat)
         if stateful:
-            return await self._sequence_signal(model, version, at_s)
+            return await self._sequence_signal(model, version, at_s, busy)
         stream = keys.job_stream(model, version)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.xlen(stream)
             pipe.xpending(stream, keys.JOB_GROUP)
             pipe.xrange(stream, "-", "+", count=1)
-            pipe.hvals(keys.workers(model, version))
-            length, pending, oldest, workers = await pipe.execute(raise_on_error=False)
+            length, pending, oldest = await pipe.execute(raise_on_error=False)
         jobs = length if isinstance(length, int) else 0
         in_flight = int(pending.get("pending") or 0) if isinstance(pending, dict) else 0
         age_s = 0.0
@@ -195,10 +199,10 @@ class WorkerStateStore:
             queued=max(jobs - in_flight, 0),
             in_flight=min(in_flight, jobs),
             oldest_age_s=age_s,
-            busy=_busy(workers if isinstance(workers, list) else []),
+            busy=busy,
         )
 
-    async def _sequence_signal(self, model: str, version: str, at_s: float) -> Signal:
+    async def _sequence_signal(self, model: str, version: str, at_s: float, busy: float) -> Signal:
         """Live sequences (not idle past their expiry): those no worker holds yet are queued, the
         others in flight (each holds its worker's attention until it ends or idles out)."""
         live_key = keys.live_sequences(model, version)
@@ -206,8 +210,7 @@ class WorkerStateStore:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zcount(live_key, now_ms, "+inf")
             pipe.smembers(keys.held_sequences(model, version, ""))
-            pipe.hvals(keys.workers(model, version))
-            live, unassigned, workers = await pipe.execute()
+            live, unassigned = await pipe.execute()
         waiting = 0
         if unassigned:
             # The set of unassigned sequences may still name some that idled out before a holder came.
@@ -217,7 +220,7 @@ class WorkerStateStore:
             at_s=at_s,
             queued=waiting,
             in_flight=max(int(live) - waiting, 0),
-            busy=_busy(workers),
+            busy=busy,
             stateful=True,
         )
 
