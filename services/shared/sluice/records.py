@@ -85,6 +85,27 @@ class VersionRecord(Checked):
     max_num_sequence: int = 1
     # Largest state a handler may save for a sequence (Sluice's save/restore API).
     sequence_state_max_bytes: int = 1024 * 1024
+    # Generative models (model-config.yaml continuousBatching / asyncCommunication): the worker runs
+    # an iteration loop over up to batch_size running requests, or an async handler over up to
+    # max_concurrent_requests at once (docs/design.md, "Generative models").
+    continuous_batching: bool = False
+    async_communication: bool = False
+    # Requests an async handler's worker runs at once (model-config.yaml maxConcurrentRequests;
+    # TorchServe has no cap; Sluice's default is 8 x batchSize).
+    max_concurrent_requests: int = 0
+
+    @property
+    def generative(self) -> bool:
+        """Whether the worker keeps requests running across handler calls (their answers come in
+        chunks and occupy a slot of the worker until the last)."""
+        return self.continuous_batching or self.async_communication
+
+    @property
+    def slots_per_worker(self) -> int:
+        """Requests one worker takes at once: batch_size, or an async handler's cap."""
+        if self.async_communication:
+            return self.max_concurrent_requests or 8 * max(self.batch_size, 1)
+        return max(self.batch_size, 1)
 
     @property
     def stateful(self) -> bool:
@@ -123,6 +144,10 @@ class WorkerRecord(Checked):
     # The share of the time since the previous beat its handler was running (0 to 1): the
     # autoscaler's measure of how loaded the version's workers are.
     busy_share: float = 0.0
+    # Generative models: requests the worker holds running (continuous batching's running set, an
+    # async handler's calls in flight), and how many it takes at once (its slots).
+    running: int = 0
+    slots: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
@@ -18,13 +19,16 @@ from sluice.pipelined_redis import PipelinedRedis
 from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
 
 from sluice_worker import device, runtime
+from sluice_worker.async_loop import AsyncWorker
 from sluice_worker.batch_policy import Batching
 from sluice_worker.broker.job_stream import JobQueue
 from sluice_worker.broker.presence import Presence
 from sluice_worker.broker.reclaim import Reclaimer
 from sluice_worker.broker.redis_source import RedisJobSource
 from sluice_worker.broker.sequences.source import SequenceJobSource
+from sluice_worker.continuous import ContinuousWorker
 from sluice_worker.exit_codes import ExitCode
+from sluice_worker.handler_loop import HandlerLoop
 from sluice_worker.model_fetch import FetchError, model_folder
 from sluice_worker.protocols import Protocols
 from sluice_worker.retries import until_done
@@ -54,10 +58,14 @@ async def run(settings: WorkerSettings, torch_thread: TorchThread) -> ExitCode:
         await redis.aclose()
 
 
+# The worker loop of each scheduling mode (chosen from the version's record, see _loop).
+Loop = Worker | ContinuousWorker | AsyncWorker
+
+
 @dataclass(frozen=True)
 class _Started:
     worker_id: str
-    worker: Worker
+    worker: Loop
     presence: Presence
     source: RedisJobSource | SequenceJobSource
     # A stateful model's: whether its handler saves sequence state (see _stop_serving).
@@ -167,6 +175,7 @@ async def _start(
         )
     else:
         source = await _job_queue_source(redis, hot, record, worker_id, settings)
+    worker = _loop(record, settings, source, torch_thread, service, choice, stop, sequences)
     presence = Presence(
         redis,
         model,
@@ -174,34 +183,63 @@ async def _start(
         _worker_record(worker_id, choice),
         interval_s=settings.heartbeat_interval_s,
         ttl_ms=settings.heartbeat_ttl_ms,
-        refresh=usage_refresher(choice, torch_thread.busy_s),
-    )
-    worker = Worker(
-        batching=Batching(
-            policy=record.batch_policy,
-            batch_size=max(1, record.batch_size),
-            max_batch_delay_ms=record.max_batch_delay_ms,
-            max_block_ms=settings.read_block_ms,
+        refresh=usage_refresher(
+            choice,
+            torch_thread.busy_s,
+            running=lambda: 0 if isinstance(worker, Worker) else worker.running,
+            slots=record.slots_per_worker if record.generative else 0,
         ),
-        response_timeout_s=record.response_timeout_s,
-        claim_scan_interval_s=settings.claim_scan_interval_s,
-        source=source,
-        torch_thread=torch_thread,
-        service=service,
-        stopping=stop,
-        protocols=Protocols(record.tensors, decode_input_request=settings.decode_input_request),
-        sequences=sequences,
     )
     await until_done(presence.announce, "announce READY")
     # What startup built (modules, the model, the handler) lives as long as the process: keep it out
     # of the collector's work from now on.
     gc.freeze()
     log.info(
-        "worker ready", device=choice.device, batch_size=record.batch_size, policy=record.batch_policy.value
+        "worker ready",
+        device=choice.device,
+        batch_size=record.batch_size,
+        policy=record.batch_policy.value,
+        mode=type(worker).__name__,
     )
     return _Started(
         worker_id, worker, presence, source, saves_state=bool(sequences and sequences.saves_state)
     )
+
+
+def _loop(
+    record: VersionRecord,
+    settings: WorkerSettings,
+    source: RedisJobSource | SequenceJobSource,
+    torch_thread: TorchThread,
+    service: runtime.HandlerService,
+    choice: device.DeviceChoice,
+    stop: asyncio.Event,
+    sequences: SequenceStates | None,
+) -> Loop:
+    """The worker loop of the version's scheduling mode: continuous batching (with or without
+    sequences), async handlers, or plain batching."""
+    batching = Batching(
+        policy=record.batch_policy,
+        batch_size=max(1, record.batch_size),
+        max_batch_delay_ms=record.max_batch_delay_ms,
+        max_block_ms=settings.read_block_ms,
+    )
+    protocols = Protocols(record.tensors, decode_input_request=settings.decode_input_request)
+    common: dict[str, Any] = {
+        "batching": batching,
+        "response_timeout_s": record.response_timeout_s,
+        "claim_scan_interval_s": settings.claim_scan_interval_s,
+        "source": source,
+        "service": service,
+        "stopping": stop,
+        "protocols": protocols,
+    }
+    if record.continuous_batching:
+        return ContinuousWorker(torch_thread=torch_thread, sequences=sequences, **common)
+    if record.async_communication:
+        loop = HandlerLoop(on_start=lambda: device.activate(choice))
+        return AsyncWorker(handler_loop=loop, slots=record.slots_per_worker, **common)
+    return Worker(torch_thread=torch_thread, sequences=sequences, **common)
 
 
 async def _job_queue_source(

@@ -1,12 +1,17 @@
 """Turning handler results into replies for one batch: sequence numbers per job, at most one final
 reply per job, and the failure replies TorchServe would give.
 
+A generative model's job lives across many handler calls (continuous batching's iterations): each
+call gets a book that starts from the job's next sequence number (``seqs``), and a job whose client
+takes one answer (``Job.final_only``) has its chunks held (``joining``) and joined into its final
+reply instead of sent.
+
 A :class:`ReplyBook` is used from the torch thread (intermediate results) and from the event loop
 (final results, watchdog), so its state sits behind a lock.
 """
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sluice.envelope import Reply
@@ -17,6 +22,8 @@ from sluice_worker.frames import FrameRow, PredictFrame
 from sluice_worker.protocols import Protocols
 
 WORKER_DIED = SluiceError(ErrorCode.WORKER_DIED, "Worker died.")
+# The response header with which a continuous-batching handler keeps a request running (TorchServe's).
+STREAM_NEXT_HEADER = "ts_stream_next"
 NO_RESULT = SluiceError(ErrorCode.INTERNAL, "The handler returned no result for this request.")
 
 
@@ -55,19 +62,52 @@ class ReplyBook:
         deliveries: Iterable[Delivery],
         started_unix_ms: int = 0,
         protocols: Protocols | None = None,
+        *,
+        seqs: Mapping[str, int] | None = None,
+        joining: Mapping[str, list[bytes]] | None = None,
     ) -> None:
         """``started_unix_ms``: when the batch was handed to the handler (the gateway's queue time);
-        ``protocols``: the worker's wire protocols (they make payloads of results)."""
+        ``protocols``: the worker's wire protocols (they make payloads of results); ``seqs``: the
+        next sequence number of jobs that already sent replies; ``joining``: the chunks held so far
+        of jobs whose chunks are joined (the lists grow in place)."""
         self._started_unix_ms = started_unix_ms
         self._protocols = protocols or Protocols()
         self._deliveries = {delivery.job_id: delivery for delivery in deliveries}
-        self._next_seq = dict.fromkeys(self._deliveries, 0)
+        self._next_seq = {job_id: (seqs or {}).get(job_id, 0) for job_id in self._deliveries}
+        self._joining = joining or {}
         self._finished: set[str] = set()
         self._lock = threading.Lock()
 
     def unfinished(self) -> list[Delivery]:
         with self._lock:
             return [d for job_id, d in self._deliveries.items() if job_id not in self._finished]
+
+    def next_seq(self, job_id: str) -> int:
+        with self._lock:
+            return self._next_seq[job_id]
+
+    def finished(self, job_id: str) -> bool:
+        with self._lock:
+            return job_id in self._finished
+
+    def iteration(self, frame: PredictFrame) -> list[Outgoing]:
+        """Replies for one continuous-batching iteration: a row whose ``ts_stream_next`` header is
+        ``true`` is an intermediate result and its job runs on; any other row ends its job. A failed
+        frame fails every job of the call, as TorchServe does; a job without a row fails."""
+        with self._lock:
+            if not frame.ok:
+                error = handler_failure(frame)
+                return [self._fail(d, error) for d in self._open(self._deliveries)]
+            out = []
+            for row in frame.rows:
+                delivery = self._open_one(row.request_id)
+                if delivery is not None:
+                    final = row.headers.get(STREAM_NEXT_HEADER) != "true"
+                    out.extend(self._emit(delivery, row, final=final))
+            answered = {row.request_id for row in frame.rows}
+            unanswered = [job_id for job_id in self._deliveries if job_id not in answered]
+            out.extend(self._fail(d, NO_RESULT) for d in self._open(unanswered))
+            return out
 
     def intermediate(self, frame: PredictFrame) -> list[Outgoing]:
         """Replies for a frame the handler sent with ``send_intermediate_predict_response``.
@@ -83,7 +123,7 @@ class ReplyBook:
             for row in frame.rows:
                 delivery = self._open_one(row.request_id)
                 if delivery is not None:
-                    out.append(self._result(delivery, row, final=False))
+                    out.extend(self._emit(delivery, row, final=False))
             return out
 
     def final(self, frame: PredictFrame) -> list[Outgoing]:
@@ -96,7 +136,7 @@ class ReplyBook:
             for row in frame.rows:
                 delivery = self._open_one(row.request_id)
                 if delivery is not None:
-                    out.append(self._result(delivery, row, final=True))
+                    out.extend(self._emit(delivery, row, final=True))
             out.extend(self._fail(d, NO_RESULT) for d in self._open(self._deliveries))
             return out
 
@@ -122,6 +162,31 @@ class ReplyBook:
     def _fail(self, delivery: Delivery, error: SluiceError) -> Outgoing:
         seq = self._take_seq(delivery, final=True)
         return failure(delivery, error, seq=seq, started_unix_ms=self._started_unix_ms)
+
+    def _emit(self, delivery: Delivery, row: FrameRow, final: bool) -> list[Outgoing]:
+        """The reply for one row, or none for a chunk held to be joined. A joined job's chunk that
+        is not a success ends it with that row, so its client sees the status."""
+        chunks = self._joining.get(delivery.job_id)
+        if chunks is None:
+            return [self._result(delivery, row, final)]
+        if row.status_code != 200:
+            return [self._result(delivery, row, final=True)]
+        if not final:
+            chunks.append(row.body)
+            return []
+        try:
+            body = self._protocols.join(delivery.job, [*chunks, row.body])
+        except SluiceError as error:
+            return [self._fail(delivery, error)]
+        return [
+            self._result(
+                delivery,
+                FrameRow(
+                    row.request_id, row.status_code, body, row.content_type, row.reason_phrase, row.headers
+                ),
+                final=True,
+            )
+        ]
 
     def _result(self, delivery: Delivery, row: FrameRow, final: bool) -> Outgoing:
         try:

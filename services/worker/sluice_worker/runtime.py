@@ -2,7 +2,9 @@
 worker (``ts/model_service_worker.py``) does, minus the socket. Both functions run on the torch
 thread (:class:`sluice_worker.torch_thread.TorchThread`)."""
 
+import copy
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -10,14 +12,20 @@ from typing import Any, Protocol
 import torch
 import ts
 from sluice.kserve.declaration import ModelTensors
+from sluice.log import get_logger
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.model_loader import TsModelLoader
+from ts.protocol.otf_message_handler import create_predict_response
+from ts.service import PREDICTION_METRIC, Service
+from ts.utils.util import PredictionException
 
 from sluice_worker import device
 from sluice_worker.protocols import NO_TENSORS, TsRequest
 from sluice_worker.protocols.kserve import KServe
 from sluice_worker.sequence_state import StateHooks, find_hooks
 from sluice_worker.sink import ReplySink
+
+log = get_logger(__name__)
 
 # The metrics definitions TorchServe's frontend hands its workers by default.
 METRICS_CONFIG = Path(ts.__file__).parent / "configs" / "metrics.yaml"
@@ -86,3 +94,44 @@ def predict(service: HandlerService, requests: list[TsRequest], sink: ReplySink)
     service.set_cl_socket(sink)
     frame = service.predict(requests)
     return bytes(frame)
+
+
+async def predict_async(service: HandlerService, requests: list[TsRequest], sink: Any) -> bytes:
+    """One call of an async handler (``async def handle``), as TorchServe 0.12's async worker makes
+    it (``ts.async_service.predict``): a copy of the context per call, the same answers and errors;
+    but ``context.cl_socket`` is this call's own ``sink`` (TorchServe's calls share one socket), and
+    nothing is printed per call. Runs on the handler loop (:mod:`sluice_worker.handler_loop`)."""
+    ts_service: Any = service
+    headers, input_batch, req_id_map = Service.retrieve_data_for_inference(requests)
+    context = copy.deepcopy(ts_service.context)
+    context.request_ids = req_id_map
+    context.request_processor = headers
+    context.cl_socket = sink
+    context.metrics.request_ids = req_id_map
+    started = time.time()
+    try:
+        result = await ts_service._entry_point(input_batch, context)
+    except MemoryError:
+        log.error("System out of memory", exc_info=True)
+        return _frame(None, req_id_map, "Out of resources", 507)
+    except PredictionException as exc:
+        log.error("Prediction error", exc_info=True)
+        return _frame(None, req_id_map, exc.message, exc.error_code)
+    except Exception as exc:
+        if "CUDA" in str(exc):
+            log.error("CUDA out of memory", exc_info=True)
+            return _frame(None, req_id_map, "Out of resources", 507)
+        log.warning("Invoking custom service failed.", exc_info=True)
+        return _frame(None, req_id_map, "Prediction failed", 503)
+    if not isinstance(result, list):
+        log.warning("Invalid return type", return_type=type(result).__name__)
+        return _frame(None, req_id_map, "Invalid model predict output", 503)
+    if len(result) != len(input_batch):
+        log.warning("number of batch response mismatched", expected=len(input_batch), got=len(result))
+        return _frame(None, req_id_map, "number of batch response mismatched", 503)
+    context.metrics.add_time(PREDICTION_METRIC, round((time.time() - started) * 1000, 2))
+    return _frame(result, req_id_map, "Prediction success", 200, context)
+
+
+def _frame(result: Any, req_id_map: dict[int, str], message: str, code: int, context: Any = None) -> bytes:
+    return bytes(create_predict_response(result, req_id_map, message, code, context=context))

@@ -62,3 +62,35 @@ class ReplySink:
     def close(self) -> None:
         """The batch is over (or given up): later frames are dropped."""
         self._closed.set()
+
+
+class ForwardingSink:
+    """An async handler's ``context.cl_socket``: it runs on the handler loop, which must not wait for
+    Redis, so each intermediate frame's replies are handed to the worker's loop (``forward`` runs
+    there, in the order the frames were written) and the handler goes on at once."""
+
+    def __init__(
+        self,
+        book: ReplyBook,
+        forward: Callable[[Sequence[Outgoing]], None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._book = book
+        self._forward = forward
+        self._loop = loop
+        self._closed = threading.Event()
+
+    def sendall(self, data: bytes | bytearray | None) -> None:
+        if data is None or self._closed.is_set():
+            return
+        try:
+            frame = frames.decode(data)
+        except frames.FrameError as exc:
+            log.warning("ignoring a malformed intermediate frame", error=str(exc))
+            return
+        outgoing = self._book.intermediate(frame)
+        if outgoing:
+            self._loop.call_soon_threadsafe(self._forward, outgoing)
+
+    def close(self) -> None:
+        self._closed.set()

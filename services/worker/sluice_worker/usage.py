@@ -63,9 +63,12 @@ def usage_refresher(
     busy_s: Callable[[], float],
     gpu: GpuReadings | None = None,
     rss: Callable[[], int] | None = None,
+    running: Callable[[], int] = lambda: 0,
+    slots: int = 0,
 ) -> Callable[[WorkerRecord], WorkerRecord]:
     """A function that returns ``record`` with this worker's current use filled in; ``busy_s`` gives
-    the seconds its handler has run so far."""
+    the seconds its handler has run so far; a generative model's worker reports the requests it
+    holds ``running`` and its ``slots``."""
     process = psutil.Process()
     read_rss = rss or (lambda: int(process.memory_info().rss))
     readings = gpu or TorchGpu()
@@ -73,7 +76,9 @@ def usage_refresher(
     busy = BusyShare(busy_s)
 
     def refresh(record: WorkerRecord) -> WorkerRecord:
-        used = dataclasses.replace(record, memory_bytes=read_rss(), busy_share=busy.read())
+        used = dataclasses.replace(
+            record, memory_bytes=read_rss(), busy_share=busy.read(), running=running(), slots=slots
+        )
         if not on_cuda or choice.gpu_id is None:
             return used
         return dataclasses.replace(

@@ -97,8 +97,8 @@ def worker_json(worker: WorkerView) -> Json:
 
 
 def describe_json(view: VersionView, customized: Json | None = None) -> Json:
-    """One DescribeModel entry. Features Sluice does not implement (continuous batching, job tickets,
-    per-model venvs, model parallelism) report TorchServe's off values. The sequence settings show
+    """One DescribeModel entry. Features Sluice does not implement (job tickets, per-model venvs,
+    model parallelism) report TorchServe's off values. The sequence settings show
     as TorchServe shows them: when ``sequenceMaxIdleMSec`` is set, ``maxNumSequence`` the effective
     limit; ``stateful`` says whether the model is."""
     record = view.record
@@ -120,7 +120,7 @@ def describe_json(view: VersionView, customized: Json | None = None) -> Json:
         "parallelLevel": 0,
         # What the workers run on (TorchServe reports "cpu" on a host without GPUs).
         "deviceType": "gpu" if any(worker.gpu for worker in view.workers) else "cpu",
-        "continuousBatching": False,
+        "continuousBatching": record.continuous_batching,
         "useJobTicket": False,
         "useVenv": False,
         "stateful": record.stateful,

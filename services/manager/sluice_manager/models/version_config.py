@@ -19,6 +19,9 @@ torchserve.md section 5.3:
 - Stateful models, from the yaml only: ``sequenceBatching`` (with ``sequenceMaxIdleMSec`` > 0, else
   the model is not stateful, as in TorchServe), ``sequenceTimeoutMSec``, ``maxSequenceJobQueueSize``
   and ``maxNumSequence`` (0 reads as 1, as in TorchServe), and Sluice's ``sequenceStateMaxBytes``.
+- Generative models, from the yaml only: ``continuousBatching``, ``asyncCommunication`` and Sluice's
+  ``maxConcurrentRequests`` (an async handler's cap per worker; default 8 x batchSize);
+  ``parallelType`` is refused.
 """
 
 import json
@@ -179,6 +182,7 @@ def build_record(
         model_yaml_config=contents.model_yaml,
         tensors=_tensors(contents.model_yaml),
         **_sequences(yaml_conf, name, version),
+        **_generation(yaml_conf),
     )
 
 
@@ -219,6 +223,34 @@ def _sequences(yaml_conf: "_YamlConfig", model: str, version: str) -> dict[str, 
     if state_max_bytes is not None:
         fields["sequence_state_max_bytes"] = state_max_bytes
     return fields
+
+
+def _generation(yaml_conf: "_YamlConfig") -> dict[str, Any]:
+    """The generative-model keys (continuous batching, async handlers) as VersionRecord fields.
+    Model parallelism (``parallelType``: TorchServe's torchrun-launched pipeline/tensor parallel
+    workers) is refused: Sluice runs one process per worker, and serving such a model on one
+    process would run it wrong without a word."""
+    parallel = yaml_conf.text("parallelType")
+    if parallel:
+        raise SluiceError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"model-config.yaml: parallelType {printable(parallel)} is not supported: Sluice runs each "
+            "worker as one process (no torchrun model parallelism); remove parallelType to serve the "
+            "model on one device",
+        )
+    continuous = yaml_conf.flag("continuousBatching")
+    asynchronous = yaml_conf.flag("asyncCommunication")
+    if asynchronous and (continuous or yaml_conf.flag("sequenceBatching")):
+        raise SluiceError(
+            ErrorCode.INVALID_ARGUMENT,
+            "model-config.yaml: asyncCommunication cannot be combined with continuousBatching or "
+            "sequenceBatching",
+        )
+    return {
+        "continuous_batching": continuous,
+        "async_communication": asynchronous,
+        "max_concurrent_requests": yaml_conf.non_negative("maxConcurrentRequests") or 0,
+    }
 
 
 def _tensors(model_yaml: dict[str, Any]) -> ModelTensors:

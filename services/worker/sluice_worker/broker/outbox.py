@@ -53,12 +53,17 @@ class Outbox:
         self._late_write: asyncio.Future[None] | None = None
 
     def replies(self, outgoing: Sequence[Outgoing]) -> "list[asyncio.Future[Any]]":
-        # NOMKSTREAM: a gateway that went away does not get its reply stream recreated.
-        return [
-            self._hot.send(
-                "XADD", item.reply_to, "NOMKSTREAM", "*", envelope.FIELD, envelope.encode_reply(item.reply)
+        """One XADD per reply stream: the replies bound for one gateway are fields of one entry, in
+        order (a continuous-batching iteration's tokens cost one command per gateway, not one each).
+        NOMKSTREAM: a gateway that went away does not get its reply stream recreated."""
+        by_stream: dict[str, list[Arg]] = {}
+        for item in outgoing:
+            by_stream.setdefault(item.reply_to, []).extend(
+                (envelope.FIELD, envelope.encode_reply(item.reply))
             )
-            for item in outgoing
+        return [
+            self._hot.send("XADD", reply_to, "NOMKSTREAM", "*", *fields)
+            for reply_to, fields in by_stream.items()
         ]
 
     def batch_size(self, size: int) -> "list[asyncio.Future[Any]]":

@@ -53,6 +53,10 @@ class Protocols:
             ],
         }
 
+    def join(self, job: Job, bodies: list[bytes]) -> bytes:
+        """One result body from the chunks of a generative model's answer (``Job.final_only``)."""
+        return self._adapter(job).join(job, bodies)
+
     def reply_payload(self, job: Job, body: bytes) -> bytes:
         """What the gateway sends the client for one result body of ``job``; raises SluiceError when
         the body cannot be one (a v2 result that is neither v2 JSON nor tensors)."""

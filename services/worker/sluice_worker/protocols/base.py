@@ -41,3 +41,9 @@ class WireAdapter(Protocol):
         """The reply payload for one result body of ``job``; raises SluiceError when the body
         cannot be one."""
         ...
+
+    def join(self, job: Job, bodies: list[bytes]) -> bytes:
+        """One result body from the chunks a generative model answered ``job`` with, in order, for
+        a client that takes one answer (``Job.final_only``); raises SluiceError when they cannot be
+        joined."""
+        ...

@@ -15,3 +15,6 @@ class Describe:
 
     def payload(self, job: Job, body: bytes) -> bytes:
         return body
+
+    def join(self, job: Job, bodies: list[bytes]) -> bytes:
+        return b"".join(bodies)

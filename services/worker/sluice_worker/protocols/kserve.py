@@ -122,6 +122,16 @@ class KServe:
         response.model_version = job.model_version
         return response.SerializeToString()
 
+    def join(self, job: Job, bodies: list[bytes]) -> bytes:
+        """The chunks' outputs joined (kserve_codec.join_chunks), packed as one tensor-set body."""
+        try:
+            chunks = [self._declared_types(self._result_tensors(body)) for body in bodies]
+            return kserve_codec.TENSOR_SET_MAGIC + kserve_codec.pack(kserve_codec.join_chunks(chunks))
+        except CodecError as exc:
+            raise SluiceError(
+                ErrorCode.HANDLER_FAILED, f"Invalid v2 inference result: {exc}", http_status=500
+            ) from exc
+
     def _result_tensors(self, body: bytes) -> list[WireTensor]:
         if body.startswith(kserve_codec.TENSOR_SET_MAGIC):
             return kserve_codec.unpack(body[len(kserve_codec.TENSOR_SET_MAGIC) :])

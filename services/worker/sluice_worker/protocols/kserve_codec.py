@@ -304,6 +304,35 @@ def unpack(data: bytes) -> list[WireTensor]:
     ]
 
 
+def join_chunks(chunks: Sequence[Sequence[WireTensor]]) -> list[WireTensor]:
+    """The outputs of a streamed answer's chunks as one answer, each output in order of first
+    appearance: BYTES outputs of one shape in every chunk are joined element by element (a text
+    model's tokens become its text); other outputs are concatenated along their first axis (a scalar
+    counts as one element)."""
+    by_name: dict[str, list[WireTensor]] = {}
+    for chunk in chunks:
+        for tensor in chunk:
+            by_name.setdefault(tensor.name, []).append(tensor)
+    return [_join_output(name, parts) for name, parts in by_name.items()]
+
+
+def _join_output(name: str, parts: list[WireTensor]) -> WireTensor:
+    datatypes = {part.datatype for part in parts}
+    if len(datatypes) != 1:
+        raise CodecError(f"the chunks of output '{name}' have different datatypes {sorted(datatypes)}")
+    datatype = parts[0].datatype
+    arrays = [from_raw(datatype, part.shape, part.raw) for part in parts]
+    if datatype == BYTES and len({part.shape for part in parts}) == 1:
+        joined = np.empty(arrays[0].size, dtype=object)
+        joined[:] = [b"".join(items) for items in zip(*(a.reshape(-1) for a in arrays), strict=True)]
+        return WireTensor(name, datatype, parts[0].shape, to_raw(joined.reshape(parts[0].shape), datatype))
+    flat = [a.reshape(1) if a.ndim == 0 else a for a in arrays]
+    if len({a.shape[1:] for a in flat}) != 1:
+        raise CodecError(f"the chunks of output '{name}' differ in shape beyond their first axis")
+    stacked = np.concatenate(flat, axis=0)
+    return WireTensor(name, datatype, tuple(stacked.shape), to_raw(stacked, datatype))
+
+
 def cast(tensor: WireTensor, datatype: str) -> WireTensor:
     """``tensor`` converted to ``datatype`` (a declared output type), element by element."""
     if tensor.datatype == datatype:

@@ -25,3 +25,6 @@ class TorchServeGrpc:
 
     def payload(self, job: Job, body: bytes) -> bytes:
         return PredictionResponse(prediction=body).SerializeToString()
+
+    def join(self, job: Job, bodies: list[bytes]) -> bytes:
+        return b"".join(bodies)

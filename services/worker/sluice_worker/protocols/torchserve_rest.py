@@ -138,6 +138,9 @@ class TorchServeRest:
     def payload(self, job: Job, body: bytes) -> bytes:
         return body
 
+    def join(self, job: Job, bodies: list[bytes]) -> bytes:
+        return b"".join(bodies)
+
 
 def rest_parameters(job: Job, *, decode: bool = True) -> list[TsParameter]:
     """The handler inputs of a TorchServe REST job, in TorchServe's decoded form."""
