@@ -149,6 +149,15 @@ class WorkerRecord(Checked):
     running: int = 0
     slots: int = 0
 
+    @property
+    def load_share(self) -> float:
+        """How loaded the worker is (0 to 1), the autoscaler's measure: its handler's busy share or,
+        for a generative model's worker, the share of its slots taken, whichever is higher (a
+        continuous-batching worker full of slow generations may idle between iterations; an async
+        handler's calls do not run on the thread whose busy time is measured)."""
+        taken = self.running / self.slots if self.slots > 0 else 0.0
+        return min(1.0, max(self.busy_share, taken))
+
 
 @dataclass(frozen=True, kw_only=True)
 class StartupModel(Checked):

@@ -1,6 +1,9 @@
+from dataclasses import replace
+
 import grpc
 import pytest
 from sluice.errors import ErrorCode, SluiceError
+from sluice.records import WorkerRecord, WorkerStatus
 from sluice.registry import choose_version
 from sluice.status_map import grpc_details, grpc_status, grpc_status_for_http
 
@@ -49,3 +52,14 @@ def test_handler_errors_use_their_http_status() -> None:
 def test_every_code_has_a_grpc_status() -> None:
     for code in ErrorCode:
         assert grpc_status(SluiceError(code, "x")) is not None
+
+
+def test_a_generative_workers_load_counts_its_taken_slots() -> None:
+    plain = WorkerRecord(worker_id="w", pid=1, host="h", status=WorkerStatus.READY, started_unix_ms=0)
+    assert plain.load_share == 0.0
+    busy = replace(plain, busy_share=0.4)
+    assert busy.load_share == 0.4
+    # Six of eight slots held by generations that leave the handler idle between iterations.
+    assert replace(busy, running=6, slots=8).load_share == 0.75
+    assert replace(busy, running=1, slots=8).load_share == 0.4
+    assert replace(plain, running=9, slots=8).load_share == 1.0

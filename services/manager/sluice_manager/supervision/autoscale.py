@@ -4,8 +4,10 @@ load: a pure function of the version's settings, its scaling state so far and th
 
 The signal is what Redis holds for the version (sluice_manager.supervision.worker_state): jobs
 queued and in flight, the age of the oldest, and how busy its workers were over their last
-heartbeat. The load, in workers, is the workers' busy time at ``target_utilization`` plus one worker
-per ``target_jobs_per_worker`` jobs waiting; ``needed`` is the load rounded up. Counting waiting jobs
+heartbeat (for a generative model, continuous batching or async handlers: the share of its slots a
+worker holds running, when that is higher, so a worker full of slow generations counts as busy).
+The load, in workers, is the workers' busy time at ``target_utilization`` plus one worker per
+``target_jobs_per_worker`` jobs waiting; ``needed`` is the load rounded up. Counting waiting jobs
 alone is not enough: once a backlog has drained, each of N busy workers holds about one job, so
 the queue alone says half of them are idle while all of them are needed.
 

@@ -176,10 +176,11 @@ class WorkerStateStore:
         """The version's load: jobs in its stream (acknowledged jobs are deleted), those delivered to
         a worker and not yet acknowledged, the age of the oldest (its entry id is its enqueue time in
         ms), all in one pipelined round trip; and how busy ``workers`` (:meth:`announced`) were, from
-        the records their heartbeats refresh (a worker whose heartbeat lapsed counts for none). A
+        the records their heartbeats refresh (``WorkerRecord.load_share``: for a generative model, the
+        share of its slots taken counts; a worker whose heartbeat lapsed counts for none). A
         stateful version's jobs wait in their sequences' streams: its jobs are its live sequences
         (:meth:`_sequence_signal`)."""
-        busy = sum(worker.record.busy_share for worker in workers.values() if worker.heartbeat)
+        busy = sum(worker.record.load_share for worker in workers.values() if worker.heartbeat)
         if stateful:
             return await self._sequence_signal(model, version, at_s, busy)
         stream = keys.job_stream(model, version)
