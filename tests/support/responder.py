@@ -3,8 +3,10 @@
 It announces itself like a worker (``WorkerRecord`` READY in the version's ``workers`` hash plus a
 ``hb:<id>`` key with a TTL), reads the version's job stream through the ``workers`` group, skips
 expired and cancelled jobs, XADDs each reply (``NOMKSTREAM``) to ``job.reply_to`` and only then acks
-the job (``XACK`` + ``XDEL``). What it answers is a script: an async generator ``Job -> Reply``.
-Jobs are handled concurrently so a test can hold one while others run.
+the job (``XACK`` + ``XDEL``). What it answers is a script: an async generator ``Job -> Reply``; a
+script that yields a sequence of replies has them written in one entry, one ``m`` field each, in
+order (as a worker publishes one iteration's chunks). Jobs are handled concurrently so a test can
+hold one while others run.
 """
 
 import asyncio
@@ -12,7 +14,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -27,7 +29,8 @@ from sluice.records import WorkerRecord, WorkerStatus
 from sluice.redis_client import connect
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
-Script = Callable[[Job], AsyncIterator[Reply]]
+# A script yields replies, or sequences of replies that go out in one stream entry.
+Script = Callable[[Job], AsyncIterator[Reply | Sequence[Reply]]]
 T = TypeVar("T")
 
 
@@ -179,9 +182,9 @@ class Responder:
                 await self.reply(job, reply)
         await self._ack(entry_id)
 
-    async def reply(self, job: Job, reply: Reply) -> None:
-        encoded = encode_reply(reply)
-        await self._retrying(lambda: self.redis.xadd(job.reply_to, {FIELD: encoded}, nomkstream=True))
+    async def reply(self, job: Job, reply: Reply | Sequence[Reply]) -> None:
+        """One entry on the job's reply stream: the reply, or each of the replies in order."""
+        await write_replies(self.redis, job.reply_to, [reply] if isinstance(reply, Reply) else reply)
 
     async def _ack(self, entry_id: bytes) -> None:
         async def ack() -> Any:
@@ -208,3 +211,11 @@ class Responder:
                 self.received.clear()
                 await self.received.wait()
         return self.jobs
+
+
+async def write_replies(redis: "aioredis.Redis", reply_to: str, replies: Sequence[Reply]) -> None:
+    """``XADD <reply_to> NOMKSTREAM * m <Reply> [m <Reply> ...]``, retried across a Redis restart
+    (redis-py's ``xadd`` takes a dict: it cannot repeat a field)."""
+    fields = [part for reply in replies for part in (FIELD, encode_reply(reply))]
+    command = ("XADD", reply_to, "NOMKSTREAM", "*", *fields)
+    await Responder._retrying(lambda: redis.execute_command(*command))  # type: ignore[no-untyped-call]

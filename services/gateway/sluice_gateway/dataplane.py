@@ -71,10 +71,16 @@ class InferenceCall:
 
 
 class JobObserver(Protocol):
-    """Told about every job whose version was found (queued or refused by the queue), and about
-    every such job once its caller is done with it (metrics; must not block)."""
+    """Told about every job whose version was found (queued or refused by the queue), about each
+    chunk of a call that streams, and about every such job once its caller is done with it
+    (metrics; must not block)."""
 
     def admitted(self, model: str, requested_version: str) -> None: ...
+
+    def streamed(self, job: PendingJob, wait_ns: int, first: bool) -> None:
+        """A streaming call yielded a chunk, ``wait_ns`` after the job was queued (the first chunk)
+        or after its previous chunk."""
+        ...
 
     def finished(self, job: PendingJob) -> None: ...
 
@@ -102,6 +108,7 @@ class DataPlane:
         self._cancel_margin_ms = int(cancel_margin_s * 1000)
         self._clock_ms = clock_ms
         self._observer = observer
+        self._on_chunk = observer.streamed if observer is not None else None
         self._sequence_headers = sequence_headers or SequenceHeaders()
 
     async def infer(self, call: InferenceCall) -> Reply:
@@ -178,6 +185,8 @@ class DataPlane:
                 now_ms=now_ms,
                 timeout_s=timeout_s,
                 streaming=streaming and not call.stream_in_batch,
+                # A unary call reads only the final reply (UnaryWaiter): chunks would be wasted.
+                final_only=not streaming,
                 headers=headers,
                 sequence=step,
             )
@@ -197,6 +206,7 @@ class DataPlane:
             deadline_ms=now_ms + int(timeout_s * 1000),
             requested_version=call.version,
             enqueued_unix_ms=now_ms,
+            on_chunk=self._on_chunk if streaming else None,
         )
         loop = asyncio.get_running_loop()
         expires_at = loop.time() + timeout_s

@@ -16,6 +16,9 @@ LOST_MID_STREAM_MESSAGE = "worker lost mid-stream"
 
 # Called once by close(): (job, whether to flag it as cancelled for the workers).
 Release = Callable[["PendingJob", bool], None]
+# Called for each chunk a call that streams yields (metrics): (job, nanoseconds since the job was
+# created, for the first chunk, else since the previous chunk; whether it is the first).
+ChunkObserver = Callable[["PendingJob", int, bool], None]
 
 
 class PendingJob:
@@ -25,6 +28,8 @@ class PendingJob:
     __slots__ = (
         "_closed",
         "_finished",
+        "_last_chunk_ns",
+        "_on_chunk",
         "_release",
         "_timer",
         "_waiter",
@@ -52,6 +57,7 @@ class PendingJob:
         deadline_ms: int,
         requested_version: str = "",
         enqueued_unix_ms: int = 0,
+        on_chunk: ChunkObserver | None = None,
     ) -> None:
         self._release = release
         self._waiter = waiter
@@ -73,6 +79,9 @@ class PendingJob:
         self.cold = False
         # The sequence of a stateful model's job ("" for none): REST answers name it.
         self.sequence_id = ""
+        # Streaming jobs (StreamJob.replies): who times the chunks, and when the last one was yielded.
+        self._on_chunk = on_chunk
+        self._last_chunk_ns = 0
 
     def arm(self, loop: asyncio.AbstractEventLoop, expires_at: float) -> None:
         """Fail the wait with DEADLINE_EXCEEDED at loop time ``expires_at``."""
@@ -113,7 +122,11 @@ class StreamJob(PendingJob):
 
         A redelivered job restarts at a higher ``attempt``: accepted while nothing was forwarded,
         otherwise the call fails (chunks of two attempts are never spliced). Replies of an older
-        attempt and repeated ``seq`` numbers (a retried XADD) are dropped."""
+        attempt and repeated ``seq`` numbers (a retried XADD) are dropped.
+
+        The call streams once a reply with a payload comes before the final one; from then on,
+        every reply with a payload is a chunk, told to ``on_chunk`` as it is yielded. A call
+        answered by its final reply alone is not timed (it did not stream)."""
         assert isinstance(self._waiter, StreamWaiter)
         attempt, next_seq, forwarded = 0, 0, False
         while True:
@@ -131,6 +144,8 @@ class StreamJob(PendingJob):
                 continue
             next_seq = reply.seq + 1
             self.started_unix_ms = self.started_unix_ms or reply.started_unix_ms
+            if self._on_chunk is not None and reply.payload and (self._last_chunk_ns or not reply.final):
+                self._chunk(self._on_chunk)
             if reply.final:
                 self._finished = True
                 self.succeeded = True
@@ -138,3 +153,9 @@ class StreamJob(PendingJob):
                 return
             yield reply
             forwarded = True
+
+    def _chunk(self, on_chunk: ChunkObserver) -> None:
+        now_ns = time.monotonic_ns()
+        first = not self._last_chunk_ns
+        on_chunk(self, now_ns - (self.created_ns if first else self._last_chunk_ns), first)
+        self._last_chunk_ns = now_ns

@@ -25,10 +25,14 @@ def build_job(
     now_ms: int,
     timeout_s: float,
     streaming: bool = False,
+    final_only: bool = False,
     headers: Mapping[str, str] | None = None,
     sequence: SequenceStep | None = None,
 ) -> Job:
-    """The Job for one request; its deadline is ``now_ms + timeout_s``."""
+    """The Job for one request; its deadline is ``now_ms + timeout_s``.
+
+    ``final_only``: the client takes exactly one answer (a unary call), so a model that answers in
+    chunks has the worker join them into its final reply instead of sending chunks nobody reads."""
     job = Job(
         job_id=job_id,
         protocol=protocol,
@@ -37,6 +41,7 @@ def build_job(
         reply_to=reply_to,
         deadline_unix_ms=now_ms + int(timeout_s * 1000),
         streaming=streaming,
+        final_only=final_only,
         request=request,
         enqueued_unix_ms=now_ms,
     )

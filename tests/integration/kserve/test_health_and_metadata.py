@@ -51,7 +51,7 @@ async def test_server_ready_waits_for_the_startup_models(
 async def test_server_metadata(stub: "GRPCInferenceServiceAsyncStub") -> None:
     response = await stub.ServerMetadata(pb.ServerMetadataRequest())
     assert (response.name, response.version) == ("sluice", sluice.__version__)
-    assert list(response.extensions) == ["model_configuration", "statistics", "parameters"]
+    assert list(response.extensions) == ["model_configuration", "statistics", "parameters", "generate"]
 
 
 async def test_model_ready(

@@ -138,3 +138,45 @@ async def test_metrics_need_no_token_and_stay_up_without_redis(  # type: ignore[
     assert "ts_inference_requests_total" in text
     assert "sluice_queue_depth" not in text
     assert time.monotonic() - started < 10
+
+
+async def test_streamed_calls_are_timed_chunk_by_chunk(  # type: ignore[no-untyped-def]
+    http, metrics_http, redis_client: aioredis.Redis, responder
+) -> None:
+    await register(redis_client)
+
+    async def three_chunks(job: Job) -> AsyncIterator[Reply]:
+        for seq in range(3):
+            yield raw(job, f"t{seq}".encode(), seq=seq, final=seq == 2, headers={"ts_stream_next": "true"})
+
+    await responder(three_chunks)
+    async with http.post("/predictions/echo", data=b"x") as resp:
+        assert await resp.read() == b"t0t1t2"
+    text = await scrape(metrics_http)
+    labels = f'model_name="echo",model_version="default",hostname="{socket.gethostname()}",'
+    assert "# TYPE sluice_time_to_first_token_microseconds histogram\n" in text
+    assert value(text, f"sluice_time_to_first_token_microseconds_count{{{labels}}}") == 1.0
+    assert value(text, f"sluice_time_to_first_token_microseconds_sum{{{labels}}}") > 0
+    assert value(text, f"sluice_inter_token_latency_microseconds_count{{{labels}}}") == 2.0
+    assert value(text, f'sluice_inter_token_latency_microseconds_bucket{{{labels}le="+Inf",}}') == 2.0
+    assert value(text, f"sluice_stream_tokens_total{{{labels}}}") == 3.0
+
+
+async def test_workers_of_a_generative_version_show_running_requests_and_slots(  # type: ignore[no-untyped-def]
+    metrics_http, redis_client: aioredis.Redis
+) -> None:
+    await register(redis_client, "llm", "1", continuous_batching=True, batch_size=8)
+    await register(redis_client, "mlp", "1")
+    for model, worker_id in (("llm", "9000"), ("mlp", "9001")):
+        record = WorkerRecord(
+            worker_id=worker_id, pid=1, host="h", status=WorkerStatus.READY, started_unix_ms=1,
+            running=5, slots=8,
+        )  # fmt: skip
+        await redis_client.hset(keys.workers(model, "1"), worker_id, record.to_json())
+        await redis_client.set(keys.heartbeat(model, "1", worker_id), 1, px=60_000)
+    text = await scrape(metrics_http)
+    assert "# TYPE sluice_worker_running_requests gauge\n" in text
+    assert 'sluice_worker_running_requests{model_name="llm",model_version="1",worker="9000",} 5.0\n' in text
+    assert 'sluice_worker_slots{model_name="llm",model_version="1",worker="9000",} 8.0\n' in text
+    assert 'sluice_worker_running_requests{model_name="mlp"' not in text  # not generative
+    assert 'sluice_worker_slots{model_name="mlp"' not in text

@@ -40,9 +40,14 @@ class Observer:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str]] = []
         self.done: list[PendingJob] = []
+        # (job id, wait in ns, first chunk) per chunk streamed
+        self.chunks: list[tuple[str, int, bool]] = []
 
     def admitted(self, model: str, requested_version: str) -> None:
         self.requests.append((model, requested_version))
+
+    def streamed(self, job: PendingJob, wait_ns: int, first: bool) -> None:
+        self.chunks.append((job.job_id, wait_ns, first))
 
     def finished(self, job: PendingJob) -> None:
         self.done.append(job)
@@ -282,6 +287,62 @@ async def test_a_failure_from_a_later_attempt_is_reported_as_such() -> None:
         )
     assert (caught.value.code, caught.value.message) == (ErrorCode.WORKER_DIED, "Worker died.")
     assert setup.admission.cancelled == []
+
+
+async def test_only_unary_calls_ask_for_the_final_reply_alone() -> None:
+    setup = Setup()
+    unary = asyncio.ensure_future(setup.plane.infer(call()))
+    assert (await setup.next_job()).final_only
+    stream = await setup.plane.submit_stream(call())
+    assert not (await setup.next_job()).final_only
+    batchable = InferenceCall(WireProtocol.TORCHSERVE_REST, "echo", "", b"r", stream_in_batch=True)
+    in_batch = await setup.plane.submit_stream(batchable)
+    assert not (await setup.next_job()).final_only
+    unary.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await unary
+    stream.close()
+    in_batch.close()
+
+
+def many_chunks(count: int) -> list[dict[str, Any]]:
+    """``count`` intermediate replies, then the final one (``seq`` count)."""
+    chunks: list[dict[str, Any]] = [{"seq": n, "payload": f"tok{n}".encode()} for n in range(count)]
+    return [*chunks, {"seq": count, "payload": b"end", "final": True}]
+
+
+async def test_a_long_stream_is_relayed_completely_and_in_order() -> None:
+    setup = Setup()
+    received = await collect(setup, many_chunks(50))
+    assert received == [f"tok{n}".encode() for n in range(50)] + [b"end"]
+    assert setup.waiting == 0
+    assert setup.admission.cancelled == []
+
+
+async def test_a_unary_call_gets_exactly_the_final_reply_of_a_long_stream() -> None:
+    setup = Setup()
+    task = asyncio.ensure_future(setup.plane.infer(call()))
+    job = await setup.next_job()
+    for fields in many_chunks(50):
+        setup.replies.send(job.job_id, **fields)
+    assert (await task).payload == b"end"
+    assert setup.observer.chunks == []  # unary calls are not timed chunk by chunk
+
+
+async def test_every_chunk_of_a_streamed_call_is_timed() -> None:
+    setup = Setup()
+    await collect(setup, many_chunks(3))
+    assert [first for _job, _wait, first in setup.observer.chunks] == [True, False, False, False]
+    assert all(wait_ns >= 0 for _job, wait_ns, _first in setup.observer.chunks)
+
+
+async def test_chunks_without_payload_and_single_answers_are_not_timed() -> None:
+    setup = Setup()
+    await collect(setup, [{"seq": 0}, {"seq": 1, "payload": b"a"}, {"seq": 2, "final": True}])
+    assert [first for _job, _wait, first in setup.observer.chunks] == [True]
+    setup.observer.chunks.clear()
+    await collect(setup, [{"seq": 0, "payload": b"whole answer", "final": True}])
+    assert setup.observer.chunks == []  # answered at once: it did not stream
 
 
 async def test_stream_in_batch_jobs_are_not_flagged_streaming() -> None:

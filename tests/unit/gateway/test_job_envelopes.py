@@ -27,7 +27,25 @@ def test_build_job_carries_everything_the_worker_needs() -> None:
     assert decoded.request == b"\x0a\x04echo"
     assert (decoded.enqueued_unix_ms, decoded.deadline_unix_ms) == (1_000, 3_500)
     assert decoded.streaming
+    assert not decoded.final_only
     assert dict(decoded.headers) == {"ts_request_sequence_id": "s"}
+
+
+def test_build_job_marks_a_call_that_takes_one_answer() -> None:
+    job = build_job(
+        job_id="abc",
+        protocol=WireProtocol.KSERVE,
+        model="llm",
+        version="1",
+        reply_to="r",
+        request=b"",
+        now_ms=0,
+        timeout_s=1,
+        final_only=True,
+    )
+    decoded = decode_job(encode_job(job))
+    assert decoded.final_only
+    assert not decoded.streaming
 
 
 def test_job_ids_are_uuid4_hex() -> None:

@@ -93,7 +93,7 @@ def test_config_of_a_stateful_version_reports_the_sequence_batcher() -> None:
 
 def test_server_metadata_lists_exactly_the_implemented_extensions() -> None:
     message = grpc_codec.server_metadata(ServerMetadata("sluice", "0.1.0", EXTENSIONS))
-    assert list(message.extensions) == ["model_configuration", "statistics", "parameters"]
+    assert list(message.extensions) == ["model_configuration", "statistics", "parameters", "generate"]
 
 
 def test_statistics_accumulate_per_version() -> None:

@@ -17,6 +17,10 @@ def test_whole_api_document_is_valid() -> None:
         "/v1/models/{model_name}:predict",
         "/v2/health/ready",
         "/v2/models/{model_name}/versions/{model_version}/infer",
+        "/v2/models/{model_name}/generate",
+        "/v2/models/{model_name}/generate_stream",
+        "/v2/models/{model_name}/versions/{model_version}/generate",
+        "/v2/models/{model_name}/versions/{model_version}/generate_stream",
     ):
         assert path in document["paths"], path
 

@@ -99,3 +99,36 @@ def test_a_read_blocks_no_longer_than_until_the_trim_is_due(monkeypatch: pytest.
     assert replies._block_for_ms() == int(redis_replies.TRIM_AFTER_S * 1000)
     clock[0] += redis_replies.TRIM_AFTER_S + 1
     assert replies._block_for_ms() == 1
+
+
+async def test_an_entry_with_several_replies_dispatches_each_in_field_order() -> None:
+    replies = make_replies()
+    stream = replies.expect_stream("j1", limit=100)
+    other = replies.expect("j2")
+    chunks = [raw("j1", seq=n, final=False, payload=f"t{n}".encode()) for n in range(3)]
+    fields = [FIELD, chunks[0], FIELD, raw("j2", payload=b"done"), b"other", b"x", FIELD, chunks[1]]
+    fields += [FIELD, chunks[2], FIELD, raw("j1", seq=3, payload=b"end")]
+    replies._consume([[b"stream", [[b"4-0", fields]]]])
+    got = [await stream.get() for _ in range(4)]
+    assert [(r.seq, r.payload, r.final) for r in got] == [
+        (0, b"t0", False),
+        (1, b"t1", False),
+        (2, b"t2", False),
+        (3, b"end", True),
+    ]
+    assert (await other.result()).payload == b"done"
+    # The trim counts the entry once and every reply's bytes.
+    assert replies._untrimmed == 1
+    assert replies._untrimmed_bytes == sum(
+        len(value) for name, value in zip(fields[::2], fields[1::2], strict=True) if name == FIELD
+    )
+    assert (replies._last_id, replies._trim_from) == (b"4-0", b"4-1")
+
+
+def test_the_bytes_of_several_replies_in_one_entry_make_the_trim_due() -> None:
+    replies = make_replies()
+    half = bytes(redis_replies.TRIM_EVERY_BYTES // 2)
+    replies._consume(
+        [[b"stream", [[b"1-0", [FIELD, raw("a", payload=half), FIELD, raw("b", payload=half)]]]]]
+    )
+    assert replies._trim_due()

@@ -2,6 +2,11 @@
 gateway's own reply stream hands replies to the calls waiting for them (:class:`ReplyWaiters`), keyed
 by job id.
 
+An entry holds one or more replies, each in a field named ``m`` (:data:`sluice.envelope.FIELD`,
+repeated: ``XADD <stream> NOMKSTREAM * m <Reply> m <Reply> ...``, so a worker publishes one
+iteration's chunks in one command per reply stream). They are dispatched in field order, which
+Redis keeps.
+
 Read entries are trimmed (``XTRIM MINID``) in the same round trip as a later read, so an entry is
 never read twice, even after the read position is reset. Not after every read: once
 ``TRIM_EVERY_ENTRIES`` entries or ``TRIM_EVERY_BYTES`` bytes were read since the last trim, or
@@ -164,20 +169,20 @@ class RedisReplies:
             self._trim_due_at = time.monotonic() + TRIM_AFTER_S
         for _stream, entries in result:
             for entry_id, fields in entries:
-                raw = _field(fields, FIELD)
-                if raw is not None:
-                    self.dispatch(raw)
-                    self._untrimmed_bytes += len(raw)
+                self._untrimmed_bytes += self._dispatch_entry(fields)
                 self._untrimmed += 1
                 self._last_id = entry_id
         self._trim_from = next_id(self._last_id)
 
-
-def _field(fields: list[bytes] | None, name: bytes) -> bytes | None:
-    """The value of ``name`` in a flat ``[field, value, ...]`` list."""
-    if not fields:
-        return None
-    for index in range(0, len(fields) - 1, 2):
-        if fields[index] == name:
-            return fields[index + 1]
-    return None
+    def _dispatch_entry(self, fields: list[bytes] | None) -> int:
+        """Dispatch every reply of an entry (its ``m`` fields, in order, in a flat
+        ``[field, value, ...]`` list); returns their size in bytes, for the trim."""
+        size = 0
+        if not fields:  # an entry without fields (a deleted entry's id, as XREAD may list it)
+            return size
+        for index in range(0, len(fields) - 1, 2):
+            if fields[index] == FIELD:
+                raw = fields[index + 1]
+                self.dispatch(raw)
+                size += len(raw)
+        return size

@@ -14,7 +14,7 @@ from sluice.records import VersionRecord
 
 SERVER_NAME = "sluice"
 # The KServe/Triton extensions Sluice implements, exactly (ServerMetadata.extensions).
-EXTENSIONS = ("model_configuration", "statistics", "parameters")
+EXTENSIONS = ("model_configuration", "statistics", "parameters", "generate")
 # ModelConfig.backend: handlers run through TorchServe's Python handler contract.
 BACKEND = "torchserve"
 
@@ -112,7 +112,8 @@ def model_config(record: VersionRecord) -> ModelConfigView:
         outputs=tuple(_config_tensor(spec) for spec in tensors.outputs),
         dynamic_batching=batching,
         sequence_batching=sequences,
-        decoupled=tensors.decoupled,
+        # A generative model (continuous batching, async handlers) answers a request with many responses.
+        decoupled=tensors.decoupled or record.generative,
         instance_count=record.min_workers,
         instance_kind="KIND_GPU" if record.device_type == "gpu" else "KIND_CPU",
         parameters={

@@ -42,7 +42,8 @@ def _invalid(message: str) -> SluiceError:
     return SluiceError(ErrorCode.INVALID_ARGUMENT, message)
 
 
-def _parameter(key: str, value: Any) -> pb.InferParameter:
+def json_parameter(key: str, value: Any) -> pb.InferParameter:
+    """A JSON parameter value as an InferParameter; INVALID_ARGUMENT unless a bool, number or string."""
     if isinstance(value, bool):
         return pb.InferParameter(bool_param=value)
     if isinstance(value, int):
@@ -63,7 +64,7 @@ def _parameters(target: Any, values: Any, *, skip: tuple[str, ...] = ()) -> None
         raise _invalid("'parameters' must be a JSON object")
     for key, value in values.items():
         if key not in skip:
-            target[key].CopyFrom(_parameter(key, value))
+            target[key].CopyFrom(json_parameter(key, value))
 
 
 def _split(body: bytes, header_length: str | None) -> tuple[Any, bytes]:
@@ -139,12 +140,13 @@ def parse_infer_request(body: bytes, header_length: str | None, model: str, vers
     return RestInferRequest(message, frozenset(binary_outputs), binary_all)
 
 
-def _parameter_value(parameter: pb.InferParameter) -> Any:
+def parameter_value(parameter: pb.InferParameter) -> Any:
+    """An InferParameter's value as JSON holds it (None when unset)."""
     choice = parameter.WhichOneof("parameter_choice")
     return None if choice is None else getattr(parameter, choice)
 
 
-def _raw_output(response: pb.ModelInferResponse, index: int) -> bytes:
+def raw_output(response: pb.ModelInferResponse, index: int) -> bytes:
     """Output ``index`` in raw form (the worker answers raw unless a request asks for typed contents)."""
     if index < len(response.raw_output_contents):
         return bytes(response.raw_output_contents[index])
@@ -156,18 +158,24 @@ def _raw_output(response: pb.ModelInferResponse, index: int) -> bytes:
     return b""
 
 
-def infer_response_body(raw: bytes, request: RestInferRequest) -> tuple[bytes, int | None]:
-    """The REST body for a worker-built ModelInferResponse, and the JSON length when binary data follows."""
+def parse_infer_response(raw: bytes) -> pb.ModelInferResponse:
+    """A worker-built ModelInferResponse; INTERNAL when it does not parse."""
     response = pb.ModelInferResponse()
     try:
         response.ParseFromString(raw)
     except DecodeError as exc:
         raise SluiceError(ErrorCode.INTERNAL, "the model answered an invalid response") from exc
+    return response
+
+
+def infer_response_body(raw: bytes, request: RestInferRequest) -> tuple[bytes, int | None]:
+    """The REST body for a worker-built ModelInferResponse, and the JSON length when binary data follows."""
+    response = parse_infer_response(raw)
     document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         document["id"] = response.id
     if response.parameters:
-        document["parameters"] = {k: _parameter_value(v) for k, v in response.parameters.items()}
+        document["parameters"] = {k: parameter_value(v) for k, v in response.parameters.items()}
     outputs, blobs = [], []
     for index, tensor in enumerate(response.outputs):
         output: dict[str, Any] = {
@@ -175,8 +183,8 @@ def infer_response_body(raw: bytes, request: RestInferRequest) -> tuple[bytes, i
             "datatype": tensor.datatype,
             "shape": list(tensor.shape),
         }
-        parameters = {k: _parameter_value(v) for k, v in tensor.parameters.items()}
-        raw = _raw_output(response, index)
+        parameters = {k: parameter_value(v) for k, v in tensor.parameters.items()}
+        raw = raw_output(response, index)
         binary = request.binary_all or tensor.name in request.binary_outputs
         data = None if binary else json_data(tensor.datatype, raw)
         if data is None:

@@ -163,11 +163,22 @@ class KServeService:
         return await self._resolver.resolve(names.check_model_name(model), version)
 
     # Inference -----------------------------------------------------------------------------------
-    async def infer(self, request: KServeRequest, raw: bytes, timeout_s: float | None) -> bytes:
-        """Run one request to its final reply; returns the worker-built ModelInferResponse bytes."""
+    async def infer(
+        self,
+        request: KServeRequest,
+        raw: bytes,
+        timeout_s: float | None,
+        *,
+        decoupled_refusal: str | None = DECOUPLED_UNARY_MESSAGE,
+    ) -> bytes:
+        """Run one request to its final reply; returns the worker-built ModelInferResponse bytes.
+
+        A decoupled model is refused with ``decoupled_refusal`` (its answer is a stream; None: taken),
+        unless it is generative: the job is ``final_only``, so its worker joins the chunks into the
+        final reply."""
         options = request_options(request.parameters)
         _check_version_name(request)
-        admission = self._admission(request, raw, options, timeout_s, unary=True)
+        admission = self._admission(request, raw, options, timeout_s, decoupled_refusal=decoupled_refusal)
         job = await self._plane.submit(admission.call)
         started_ns, ok = time.monotonic_ns(), False
         try:
@@ -183,9 +194,7 @@ class KServeService:
         intermediate result is a response); any other model's job may share a batch and answers once."""
         options = request_options(request.parameters)
         decoupled = (await self.record(request.model, request.version)).tensors.decoupled
-        admission = self._admission(
-            request, raw, options, timeout_s, unary=False, stream_in_batch=not decoupled
-        )
+        admission = self._admission(request, raw, options, timeout_s, stream_in_batch=not decoupled)
         job = await self._plane.submit_stream(admission.call)
         return KServeStream(self, job, request, options, decoupled=decoupled, batch_size=admission.batch_size)
 
@@ -196,12 +205,15 @@ class KServeService:
         options: RequestOptions,
         timeout_s: float | None,
         *,
-        unary: bool,
+        decoupled_refusal: str | None = None,
         stream_in_batch: bool = False,
     ) -> "_Admission":
+        """``decoupled_refusal``: how a call refuses a decoupled model that is not generative (None:
+        it takes it, as streams do)."""
+
         def admit(record: VersionRecord) -> None:
-            if unary and record.tensors.decoupled:
-                raise SluiceError(ErrorCode.NOT_IMPLEMENTED, DECOUPLED_UNARY_MESSAGE)
+            if decoupled_refusal is not None and record.tensors.decoupled and not record.generative:
+                raise SluiceError(ErrorCode.NOT_IMPLEMENTED, decoupled_refusal)
             check_request(request, record.tensors)
             if record.tensors.max_batch_size > 0 and request.inputs and request.inputs[0].shape:
                 admission.batch_size = request.inputs[0].shape[0]

@@ -9,23 +9,28 @@
 - Per live worker, from the record it refreshes with every heartbeat: ``sluice_worker_memory_bytes``
   (resident memory) and, on a GPU, TorchServe's ``GPUUtilization`` (percent) and ``GPUMemoryUsed``
   (MiB) with its labels (Level, DeviceId, Hostname) plus the worker's.
+- Per live worker of a generative version (continuous batching or an async handler, read from the
+  version's record): ``sluice_worker_running_requests`` (requests it holds running) and
+  ``sluice_worker_slots`` (how many it takes at once).
 
 A scrape costs three pipelined round trips whatever the number of versions (the autoscaler's state
 comes with the first).
 """
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sluice import keys, registry
 from sluice.control_redis import ControlRedis
-from sluice.records import WorkerRecord
+from sluice.records import VersionRecord, WorkerRecord
 
 from sluice_gateway.metrics.exposition import MetricFamily, Sample, histogram_samples
 
 BATCH_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Reads per version in a scrape's first pipeline: queue depth, workers, batch sizes, record.
+_READS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,8 @@ class VersionStats:
     desired_workers: int | None = None
     # The live workers' records (memory and GPU use as of their last heartbeat).
     workers: tuple[WorkerRecord, ...] = ()
+    # The version keeps requests running across handler calls (its workers report running / slots).
+    generative: bool = False
 
     @property
     def labels(self) -> list[tuple[str, str]]:
@@ -69,9 +76,10 @@ async def read_stats(redis: ControlRedis) -> list[VersionStats]:
             pipe.xlen(keys.job_stream(model, version))
             pipe.hgetall(keys.workers(model, version))
             pipe.hgetall(keys.batch_sizes(model, version))
+            pipe.hgetall(keys.version_config(model, version))
         scaling, *raw = await pipe.execute()
     desired = _desired_counts(scaling)
-    workers = [_records(raw[i * 3 + 1]) for i in range(len(versions))]
+    workers = [_records(raw[i * _READS + 1]) for i in range(len(versions))]
     async with redis.pipeline(transaction=False) as pipe:
         for (model, version), records in zip(versions, workers, strict=True):
             for record in records:
@@ -80,10 +88,27 @@ async def read_stats(redis: ControlRedis) -> list[VersionStats]:
     stats = []
     for i, (model, version) in enumerate(versions):
         live = tuple(record for record in workers[i] if next(alive))
-        sizes = {int(size): int(count) for size, count in raw[i * 3 + 2].items() if _text(size).isdigit()}
+        depth, _, raw_sizes, config = raw[i * _READS : (i + 1) * _READS]
+        sizes = {int(size): int(count) for size, count in raw_sizes.items() if _text(size).isdigit()}
         wanted = desired.get(f"{model}:{version}")
-        stats.append(VersionStats(model, version, int(raw[i * 3]), len(live), sizes, wanted, live))
+        generative = _generative(config)
+        stats.append(VersionStats(model, version, int(depth), len(live), sizes, wanted, live, generative))
     return stats
+
+
+_RECORD_FIELD = registry.RECORD_FIELD.encode()
+
+
+def _generative(config: dict[bytes, bytes]) -> bool:
+    """Whether the version's record, in its config hash, is generative (no record, as when the
+    version went meanwhile, or an unreadable one: not)."""
+    raw = config.get(_RECORD_FIELD)
+    if raw is None:
+        return False
+    try:
+        return VersionRecord.from_json(raw).generative
+    except ValueError:
+        return False
 
 
 def _records(raw: dict[Any, Any]) -> list[WorkerRecord]:
@@ -156,9 +181,34 @@ def _worker_families(stats: Sequence[VersionStats]) -> list[MetricFamily]:
             for w in s.workers
         ],
     )
+    return [memory, *_generative_families(stats), *_gpu_families(stats)]
+
+
+def _generative_families(stats: Sequence[VersionStats]) -> list[MetricFamily]:
+    held = [(s, w) for s in stats if s.generative for w in s.workers]
+
+    def gauge(name: str, help_text: str, value: Callable[[WorkerRecord], int]) -> MetricFamily:
+        samples = [Sample(name, [*s.labels, ("worker", w.worker_id)], value(w)) for s, w in held]
+        return MetricFamily(name, "gauge", help_text, samples)
+
+    return [
+        gauge(
+            "sluice_worker_running_requests",
+            "Requests each live worker of a generative model version holds running (last heartbeat).",
+            lambda w: w.running,
+        ),
+        gauge(
+            "sluice_worker_slots",
+            "Requests each live worker of a generative model version takes at once.",
+            lambda w: w.slots,
+        ),
+    ]
+
+
+def _gpu_families(stats: Sequence[VersionStats]) -> list[MetricFamily]:
     on_gpu = [(s, w) for s in stats for w in s.workers if w.gpu and w.gpu_id is not None]
     if not on_gpu:
-        return [memory]
+        return []
 
     def gpu_labels(s: VersionStats, w: WorkerRecord) -> list[tuple[str, str]]:
         # TorchServe's labels for its GPU metrics, then the worker's.
@@ -182,7 +232,7 @@ def _worker_families(stats: Sequence[VersionStats]) -> list[MetricFamily]:
         "Torchserve prometheus gauge metric with unit: Megabytes",
         [Sample("GPUMemoryUsed", gpu_labels(s, w), w.gpu_memory_used_mib) for s, w in on_gpu],
     )
-    return [memory, utilization, used]
+    return [utilization, used]
 
 
 def _text(value: bytes | str) -> str:

@@ -77,3 +77,24 @@ def histogram_samples(
     samples.append(Sample(f"{name}_count", labels, total))
     samples.append(Sample(f"{name}_sum", labels, sum(value * count for value, count in counts.items())))
     return samples
+
+
+def bucket_samples(
+    name: str,
+    labels: Sequence[tuple[str, str]],
+    bounds: Sequence[float],
+    counts: Sequence[int],
+    total: float,
+) -> list[Sample]:
+    """Cumulative ``_bucket`` samples, ``_count`` and ``_sum`` from per-bucket counts: ``counts[i]``
+    values fell at or below ``bounds[i]`` (and above the bound before), ``counts[-1]`` above the
+    last bound; ``total`` is their sum."""
+    samples, cumulative = [], 0
+    for bound, count in zip(bounds, counts, strict=False):
+        cumulative += count
+        samples.append(Sample(f"{name}_bucket", [*labels, ("le", format_value(bound))], cumulative))
+    every = sum(counts)
+    samples.append(Sample(f"{name}_bucket", [*labels, ("le", "+Inf")], every))
+    samples.append(Sample(f"{name}_count", labels, every))
+    samples.append(Sample(f"{name}_sum", labels, total))
+    return samples

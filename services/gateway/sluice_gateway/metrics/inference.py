@@ -9,7 +9,8 @@
   while their version ran no worker (it scales from zero), and their time until a worker started
   them: the cost of a cold start as clients see it.
 
-``model_version`` is the version the client named, ``"default"`` when it named none.
+``model_version`` is the version the client named, ``"default"`` when it named none. Calls that
+stream are also timed chunk by chunk (:mod:`.streams`).
 """
 
 import socket
@@ -18,6 +19,7 @@ from collections import defaultdict
 
 from sluice_gateway.inflight import PendingJob
 from sluice_gateway.metrics.exposition import MetricFamily, Sample
+from sluice_gateway.metrics.streams import StreamMetrics
 
 DEFAULT_VERSION_LABEL = "default"
 
@@ -41,9 +43,13 @@ class InferenceMetrics:
         self._values: dict[str, defaultdict[tuple[str, str], float]] = {
             name: defaultdict(float) for name, _unit in _FAMILIES
         }
+        self.streams = StreamMetrics()
 
     def admitted(self, model: str, requested_version: str) -> None:
         self._values["ts_inference_requests_total"][(model, requested_version or DEFAULT_VERSION_LABEL)] += 1
+
+    def streamed(self, job: PendingJob, wait_ns: int, first: bool) -> None:
+        self.streams.chunk((job.model, job.requested_version or DEFAULT_VERSION_LABEL), wait_ns, first)
 
     def finished(self, job: PendingJob) -> None:
         if not job.succeeded:
@@ -70,4 +76,4 @@ class InferenceMetrics:
                 for (model, version), value in sorted(self._values[name].items())
             ]
             out.append(MetricFamily(name, "counter", _help(name, unit), samples))
-        return out
+        return out + self.streams.families(self.hostname)

@@ -8,6 +8,7 @@ from sluice.http_listener import HttpListener, parse_address
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
+from sluice_gateway.kserve.generate import GenerateRoutes
 from sluice_gateway.kserve.rest import KServeRoutes
 from sluice_gateway.kserve.service import KServeService
 from sluice_gateway.metrics.http import MetricsRoutes
@@ -29,7 +30,7 @@ def inference_listener(
     middlewares: Sequence[Any] = (),
 ) -> HttpListener:
     torchserve = TorchServeRoutes(plane, resolver, model_health, sequence_headers)
-    routes = torchserve.routes() + KServeRoutes(kserve).routes()
+    routes = torchserve.routes() + KServeRoutes(kserve).routes() + GenerateRoutes(kserve).routes()
     app = create_app(routes, max_request_size=settings.max_request_size, extra_middlewares=middlewares)
     address = parse_address(settings.inference_address)
     return HttpListener(app, address, name="inference", cancel_on_disconnect=True)

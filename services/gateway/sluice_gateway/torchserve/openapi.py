@@ -106,6 +106,46 @@ def _torchserve_paths(model: str | None) -> Json:
     return paths
 
 
+_GENERATE_REQUEST = {
+    "type": "object",
+    "description": "Keys naming model inputs are inputs, other keys (and 'parameters') parameters.",
+    "properties": {
+        "id": {"type": "string"},
+        "text_input": {"type": "string"},
+        "parameters": {"type": "object", "additionalProperties": True},
+    },
+    "additionalProperties": True,
+}
+_GENERATE_RESPONSE = {
+    "type": "object",
+    "description": "Outputs by name (one element as a scalar), after model_name and model_version.",
+    "properties": {"model_name": {"type": "string"}, "model_version": {"type": "string"}},
+    "additionalProperties": True,
+}
+
+
+def _generate(stream: bool, tag: str, params: list[Json]) -> Json:
+    """Triton's generate extension: one JSON object, or server-sent events."""
+    answer = (
+        {"text/event-stream": {"schema": {"type": "string", "description": "data: <response JSON>"}}}
+        if stream
+        else _json(_GENERATE_RESPONSE)
+    )
+    return {
+        "post": {
+            "operationId": f"v2_generate{'_stream' if stream else ''}{tag}",
+            "summary": "Generate (Triton's extension): "
+            + ("server-sent events." if stream else "one answer."),
+            "parameters": params,
+            "requestBody": {"required": True, "content": _json(_GENERATE_REQUEST)},
+            "responses": {
+                "200": {"description": "OK.", "content": answer},
+                **_errors(400, 404, 500, 503, kserve=True),
+            },
+        }
+    }
+
+
 def _kserve_paths() -> Json:
     model_params = [_MODEL]
     version_params = [_MODEL, _VERSION]
@@ -166,6 +206,8 @@ def _kserve_paths() -> Json:
                 },
             }
         }
+        paths[f"{base}/generate"] = _generate(False, tag, params)
+        paths[f"{base}/generate_stream"] = _generate(True, tag, params)
     return paths
 
 
