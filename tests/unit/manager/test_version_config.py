@@ -343,3 +343,41 @@ def test_wrong_sequence_keys_are_refused(yaml: dict[str, Any], message: str) -> 
         ErrorCode.INVALID_ARGUMENT,
         f"model-config.yaml: {message}",
     )
+
+
+def test_generative_keys() -> None:
+    plain = record()
+    assert (plain.continuous_batching, plain.async_communication, plain.generative) == (False, False, False)
+    continuous = record(yaml={"continuousBatching": True, "batchSize": 16})
+    assert continuous.continuous_batching
+    assert continuous.generative
+    assert continuous.slots_per_worker == 16
+    asynchronous = record(yaml={"asyncCommunication": True, "batchSize": 2})
+    assert asynchronous.async_communication
+    assert asynchronous.slots_per_worker == 16
+    capped = record(yaml={"asyncCommunication": True, "maxConcurrentRequests": 5})
+    assert capped.slots_per_worker == 5
+    # TorchServe's sequence continuous batching.
+    both = record(yaml={"continuousBatching": True, "sequenceBatching": True, "sequenceMaxIdleMSec": 1000})
+    assert both.continuous_batching
+    assert both.stateful
+
+
+@pytest.mark.parametrize(
+    ("yaml", "named"),
+    [
+        ({"parallelType": "tp"}, "parallelType"),
+        ({"parallelType": "pp", "parallelLevel": 2}, "parallelType"),
+        ({"asyncCommunication": True, "continuousBatching": True}, "asyncCommunication"),
+        ({"asyncCommunication": True, "sequenceBatching": True}, "asyncCommunication"),
+        ({"continuousBatching": "yes"}, "continuousBatching"),
+        ({"maxConcurrentRequests": -1}, "maxConcurrentRequests"),
+    ],
+)
+def test_generative_settings_sluice_cannot_serve_are_refused_clearly(
+    yaml: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(SluiceError) as raised:
+        record(yaml=yaml)
+    assert raised.value.code is ErrorCode.INVALID_ARGUMENT
+    assert named in raised.value.message

@@ -1,0 +1,1 @@
+"""Example models built from code (imported from the repository root; not an installed package)."""
