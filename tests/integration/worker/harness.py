@@ -201,6 +201,10 @@ class ReplyStream:
 
     def __init__(self, client: "aioredis.Redis", gateway_id: str | None = None) -> None:
         self.client = client
+        # XREAD's raw answer: an entry may hold several replies (repeated ``m`` fields), which
+        # redis-py's parsed form (a dict per entry) would fold into one.
+        self._raw = aioredis.Redis(connection_pool=client.connection_pool)
+        self._raw.set_response_callback("XREAD", lambda response, **_options: response)
         self.key = keys.reply_stream(gateway_id or uuid.uuid4().hex[:8])
         self._last_id = b"0-0"
         self.received: list[Reply] = []
@@ -210,12 +214,19 @@ class ReplyStream:
         return self
 
     async def _read(self, block_ms: int) -> list[Reply]:
-        response: Any = await self.client.xread({self.key: self._last_id}, block=block_ms)
+        response: Any = await self._raw.execute_command(  # type: ignore[no-untyped-call]
+            "XREAD", "BLOCK", block_ms, "STREAMS", self.key, self._last_id
+        )
+        streams = response.items() if isinstance(response, dict) else response or ()  # RESP3 or 2
         got = []
-        for _stream, entries in response:
+        for _stream, entries in streams:
             for entry_id, fields in entries:
                 self._last_id = entry_id
-                got.append(envelope.decode_reply(fields[envelope.FIELD]))
+                got += [
+                    envelope.decode_reply(value)
+                    for name, value in zip(fields[::2], fields[1::2], strict=True)
+                    if name == envelope.FIELD
+                ]
         self.received += got
         return got
 
