@@ -122,6 +122,9 @@ class AsyncWorker(JobLoop):
                 if not got:
                     await self._wait_for_slot(POLL_S)
             else:
+                # Replies share the read's connection, and Redis answers a blocked reader's later
+                # commands only once it unblocks: the last call's replies go first.
+                await self._pump.drained()
                 got = await self._read(free, self._batching.max_block_ms, filling=False)
             await self._start(got)
 

@@ -28,41 +28,52 @@ VERSION = "1.0"
 SLOTS = 8
 
 
-@pytest.fixture
-def worker(module_redis: RedisServer, tmp_path: Path) -> Iterator[WorkerProcess]:
-    # 20 ms a token: generations that last while the test looks.
-    archive = build_archive(tmp_path / "store", CB_MODEL, batch_size=SLOTS, step_delay_ms=20)
-    model_dir = tmp_path / "tiny_gpt-1.0"
+def register_tiny_gpt(redis_url: str, root: Path, name: str) -> None:
+    """Unpack a tiny_gpt archive (20 ms a token: generations last while a test looks) and register it
+    as the manager would."""
+    archive = build_archive(root / "store", name, batch_size=SLOTS, step_delay_ms=20)
+    model_dir = root / f"{name}-{VERSION}"
     with zipfile.ZipFile(archive) as unpacked:
         unpacked.extractall(model_dir)
     manifest = json.loads((model_dir / "MAR-INF" / "MANIFEST.json").read_text())
+    config = yaml.safe_load((model_dir / "model-config.yaml").read_text())
     record = VersionRecord(
-        model_name=CB_MODEL,
+        model_name=name,
         version=VERSION,
         model_url=archive.name,
         model_dir=str(model_dir),
         handler=manifest["model"]["handler"],
         batch_size=SLOTS,
         max_batch_delay_ms=5,
-        continuous_batching=True,
-        model_yaml_config=yaml.safe_load((model_dir / "model-config.yaml").read_text()),
+        continuous_batching=bool(config.get("continuousBatching")),
+        async_communication=bool(config.get("asyncCommunication")),
+        model_yaml_config=config,
     )
 
     async def register() -> None:
-        client: aioredis.Redis = aioredis.Redis.from_url(module_redis.url)
+        client: aioredis.Redis = aioredis.Redis.from_url(redis_url)
         try:
             await RegistryStore(client).add(record, make_default=True)
         finally:
             await client.aclose()
 
     asyncio.run(register())
-    process = WorkerProcess(module_redis.url, CB_MODEL, VERSION, tmp_path).start()
+
+
+def serving(redis_url: str, root: Path, name: str, **env: str) -> Iterator[WorkerProcess]:
+    register_tiny_gpt(redis_url, root, name)
+    process = WorkerProcess(redis_url, name, VERSION, root, env=env).start()
     try:
         process.wait_ready()
         yield process
     finally:
         process.send(signal.SIGTERM)
         assert process.wait() == 0, process.log()
+
+
+@pytest.fixture
+def worker(module_redis: RedisServer, tmp_path: Path) -> Iterator[WorkerProcess]:
+    yield from serving(module_redis.url, tmp_path, CB_MODEL)
 
 
 async def worker_record(client: "aioredis.Redis", worker: WorkerProcess) -> WorkerRecord | None:
