@@ -478,3 +478,11 @@ async def test_register_from_a_url_goes_through_the_downloader(api: Api, tmp_pat
     assert failed is not None
     assert failed.state is OpState.FAILED
     assert "does not match any allowed URL" in failed.message
+
+
+async def test_an_archive_asking_for_model_parallelism_is_refused_clearly(api: Api) -> None:
+    url = api.archive("parallel", config="parallelType: tp\nparallelLevel: 2\nminWorkers: 1\nmaxWorkers: 1\n")
+    error = await failure(api.service.register(RegisterRequest(url=url)))
+    assert error.code is ErrorCode.INVALID_ARGUMENT
+    assert "parallelType 'tp' is not supported" in error.message
+    assert await api.service.list_models(10, 0) == {"models": []}

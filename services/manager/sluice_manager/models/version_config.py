@@ -234,7 +234,7 @@ def _generation(yaml_conf: "_YamlConfig") -> dict[str, Any]:
     if parallel:
         raise SluiceError(
             ErrorCode.INVALID_ARGUMENT,
-            f"model-config.yaml: parallelType {printable(parallel)} is not supported: Sluice runs each "
+            f"model-config.yaml: parallelType {printable(parallel)!r} is not supported: Sluice runs each "
             "worker as one process (no torchrun model parallelism); remove parallelType to serve the "
             "model on one device",
         )
