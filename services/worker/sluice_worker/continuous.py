@@ -26,25 +26,24 @@ import structlog
 from sluice.errors import SluiceError
 from sluice.log import get_logger
 
-from sluice_worker import frames, runtime
+from sluice_worker import runtime
 from sluice_worker.batch_policy import Batching, Run, is_expired
 from sluice_worker.broker.source import BrokerUnavailable, JobSource
 from sluice_worker.continuous_policy import next_fill
 from sluice_worker.delivery import Delivery
 from sluice_worker.exit_codes import ExitCode
+from sluice_worker.handler_call import call_handler
 from sluice_worker.job_loop import (
     CANCEL_CHECK_AFTER_MS,
     CANCELLED,
     DEADLINE_PASSED_RUNNING,
-    PREDICTION_FAILED,
     JobLoop,
     request_ids,
 )
 from sluice_worker.protocols import Protocols, TsRequest
-from sluice_worker.replies import WORKER_DIED, Outgoing, ReplyBook, failure
+from sluice_worker.replies import Outgoing, ReplyBook, failure
 from sluice_worker.sequence_state import SequenceStates, StateUpdate
-from sluice_worker.sink import ReplySink
-from sluice_worker.torch_thread import HandlerExit, TorchThread
+from sluice_worker.torch_thread import TorchThread
 
 log = get_logger(__name__)
 
@@ -208,7 +207,15 @@ class ContinuousWorker(JobLoop):
         )
         cancel_check = self._cancel_check(running)
         with structlog.contextvars.bound_contextvars(**request_ids(deliveries)):
-            answers, exit_code = await self._call(book, [r.handler_request() for r in running])
+            answers, exit_code = await call_handler(
+                self._torch,
+                self._service,
+                [r.handler_request() for r in running],
+                book,
+                response_timeout_s=self._response_timeout_s,
+                publish=self._publish,
+                read=book.iteration,
+            )
         outgoing += answers
         finished = []
         for item in running:
@@ -227,30 +234,6 @@ class ContinuousWorker(JobLoop):
         await self._confirm()
         self._send(outgoing, done, batch_size=len(running))
         return exit_code
-
-    async def _call(
-        self, book: ReplyBook, requests: list[TsRequest]
-    ) -> tuple[list[Outgoing], ExitCode | None]:
-        sink = ReplySink(book, self._publish, asyncio.get_running_loop())
-        try:
-            raw = await asyncio.wait_for(
-                self._torch.run(runtime.predict, self._service, requests, sink), self._response_timeout_s
-            )
-            return book.iteration(frames.decode(raw)), None
-        except TimeoutError:
-            log.error(
-                "handler exceeded response_timeout; the worker exits",
-                response_timeout_s=self._response_timeout_s,
-            )
-            return book.fail_all(WORKER_DIED), ExitCode.HANDLER_DIED
-        except HandlerExit as exc:
-            log.error("handler exited the worker", cause=repr(exc.cause))
-            return book.fail_all(WORKER_DIED), ExitCode.HANDLER_DIED
-        except Exception:
-            log.exception("handler call failed outside the handler")
-            return book.fail_all(PREDICTION_FAILED), None
-        finally:
-            sink.close()
 
     def _cancel_check(self, running: list[Running]) -> "CancelCheck | None":
         """Look up the cancel flags of running requests while the handler runs (when due)."""

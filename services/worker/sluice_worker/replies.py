@@ -11,7 +11,7 @@ A :class:`ReplyBook` is used from the torch thread (intermediate results) and fr
 """
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from sluice.envelope import Reply
@@ -94,20 +94,7 @@ class ReplyBook:
         """Replies for one continuous-batching iteration: a row whose ``ts_stream_next`` header is
         ``true`` is an intermediate result and its job runs on; any other row ends its job. A failed
         frame fails every job of the call, as TorchServe does; a job without a row fails."""
-        with self._lock:
-            if not frame.ok:
-                error = handler_failure(frame)
-                return [self._fail(d, error) for d in self._open(self._deliveries)]
-            out = []
-            for row in frame.rows:
-                delivery = self._open_one(row.request_id)
-                if delivery is not None:
-                    final = row.headers.get(STREAM_NEXT_HEADER) != "true"
-                    out.extend(self._emit(delivery, row, final=final))
-            answered = {row.request_id for row in frame.rows}
-            unanswered = [job_id for job_id in self._deliveries if job_id not in answered]
-            out.extend(self._fail(d, NO_RESULT) for d in self._open(unanswered))
-            return out
+        return self._answers(frame, lambda row: row.headers.get(STREAM_NEXT_HEADER) != "true")
 
     def intermediate(self, frame: PredictFrame) -> list[Outgoing]:
         """Replies for a frame the handler sent with ``send_intermediate_predict_response``.
@@ -128,6 +115,9 @@ class ReplyBook:
 
     def final(self, frame: PredictFrame) -> list[Outgoing]:
         """Final replies for every unfinished job of the batch, from ``Service.predict``'s frame."""
+        return self._answers(frame, lambda _row: True)
+
+    def _answers(self, frame: PredictFrame, ends: Callable[[FrameRow], bool]) -> list[Outgoing]:
         with self._lock:
             if not frame.ok:
                 error = handler_failure(frame)
@@ -136,8 +126,11 @@ class ReplyBook:
             for row in frame.rows:
                 delivery = self._open_one(row.request_id)
                 if delivery is not None:
-                    out.extend(self._emit(delivery, row, final=True))
-            out.extend(self._fail(d, NO_RESULT) for d in self._open(self._deliveries))
+                    out.extend(self._emit(delivery, row, final=ends(row)))
+            answered = {row.request_id for row in frame.rows}
+            out.extend(
+                self._fail(d, NO_RESULT) for d in self._open(j for j in self._deliveries if j not in answered)
+            )
             return out
 
     def fail_all(self, error: SluiceError) -> list[Outgoing]:

@@ -1,9 +1,14 @@
-"""The stand-in for TorchServe's worker socket (``context.cl_socket``) during one batch.
+"""The stand-ins for TorchServe's worker socket (``context.cl_socket``) during one handler call.
 
 ``send_intermediate_predict_response`` (either import path) writes a predict-response frame with
-``cl_socket.sendall``. The sink decodes it and publishes the intermediate replies from the handler's
-thread, waiting until Redis has them, so chunks reach the reply stream in order and before the final
-reply, and a slow Redis slows the handler down instead of piling replies up in memory.
+``cl_socket.sendall``. A sink decodes it into the call's intermediate replies (:class:`ReplyBook`)
+and hands them on:
+
+- :class:`ReplySink` (handlers on the torch thread) publishes them from the handler's thread and
+  waits until Redis has them, so chunks reach the reply stream in order and before the final reply,
+  and a slow Redis slows the handler down instead of piling replies up in memory;
+- :class:`ForwardingSink` (async handlers, on the handler loop, which must not wait for Redis) hands
+  them to the worker's loop, in the order the frames were written, and returns at once.
 """
 
 import asyncio
@@ -22,20 +27,14 @@ log = get_logger(__name__)
 _POLL_S = 0.5
 
 
-class ReplySink:
-    def __init__(
-        self,
-        book: ReplyBook,
-        publish: Callable[[Sequence[Outgoing]], Awaitable[None]],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
+class _FrameSink:
+    def __init__(self, book: ReplyBook, loop: asyncio.AbstractEventLoop) -> None:
         self._book = book
-        self._publish = publish
         self._loop = loop
         self._closed = threading.Event()
 
     def sendall(self, data: bytes | bytearray | None) -> None:
-        """Called on the torch thread by TorchServe's helpers (``None`` when LOCAL_RANK != 0)."""
+        """Called by TorchServe's helpers (``None`` when LOCAL_RANK != 0)."""
         if data is None or self._closed.is_set():
             return
         try:
@@ -44,8 +43,28 @@ class ReplySink:
             log.warning("ignoring a malformed intermediate frame", error=str(exc))
             return
         outgoing = self._book.intermediate(frame)
-        if not outgoing:
-            return
+        if outgoing:
+            self._hand_on(outgoing)
+
+    def _hand_on(self, outgoing: list[Outgoing]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """The call is over (or given up): later frames are dropped."""
+        self._closed.set()
+
+
+class ReplySink(_FrameSink):
+    def __init__(
+        self,
+        book: ReplyBook,
+        publish: Callable[[Sequence[Outgoing]], Awaitable[None]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        super().__init__(book, loop)
+        self._publish = publish
+
+    def _hand_on(self, outgoing: list[Outgoing]) -> None:
         future = asyncio.run_coroutine_threadsafe(self._send(outgoing), self._loop)
         while True:
             try:
@@ -59,38 +78,16 @@ class ReplySink:
     async def _send(self, outgoing: Sequence[Outgoing]) -> None:
         await self._publish(outgoing)
 
-    def close(self) -> None:
-        """The batch is over (or given up): later frames are dropped."""
-        self._closed.set()
 
-
-class ForwardingSink:
-    """An async handler's ``context.cl_socket``: it runs on the handler loop, which must not wait for
-    Redis, so each intermediate frame's replies are handed to the worker's loop (``forward`` runs
-    there, in the order the frames were written) and the handler goes on at once."""
-
+class ForwardingSink(_FrameSink):
     def __init__(
         self,
         book: ReplyBook,
         forward: Callable[[Sequence[Outgoing]], None],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        self._book = book
+        super().__init__(book, loop)
         self._forward = forward
-        self._loop = loop
-        self._closed = threading.Event()
 
-    def sendall(self, data: bytes | bytearray | None) -> None:
-        if data is None or self._closed.is_set():
-            return
-        try:
-            frame = frames.decode(data)
-        except frames.FrameError as exc:
-            log.warning("ignoring a malformed intermediate frame", error=str(exc))
-            return
-        outgoing = self._book.intermediate(frame)
-        if outgoing:
-            self._loop.call_soon_threadsafe(self._forward, outgoing)
-
-    def close(self) -> None:
-        self._closed.set()
+    def _hand_on(self, outgoing: list[Outgoing]) -> None:
+        self._loop.call_soon_threadsafe(self._forward, outgoing)

@@ -13,17 +13,17 @@ import structlog
 from sluice.errors import SluiceError
 from sluice.log import get_logger
 
-from sluice_worker import frames, runtime
+from sluice_worker import runtime
 from sluice_worker.batch_policy import Batching, Run, next_step, split_batches
 from sluice_worker.broker.source import BrokerUnavailable, JobSource
 from sluice_worker.delivery import Delivery
 from sluice_worker.exit_codes import ExitCode
-from sluice_worker.job_loop import PREDICTION_FAILED, JobLoop, request_ids
+from sluice_worker.handler_call import call_handler
+from sluice_worker.job_loop import JobLoop, request_ids
 from sluice_worker.protocols import Protocols, TsRequest
-from sluice_worker.replies import WORKER_DIED, Outgoing, ReplyBook, failure
+from sluice_worker.replies import Outgoing, ReplyBook, failure
 from sluice_worker.sequence_state import SequenceStates, StateUpdate
-from sluice_worker.sink import ReplySink
-from sluice_worker.torch_thread import HandlerExit, TorchThread
+from sluice_worker.torch_thread import TorchThread
 
 log = get_logger(__name__)
 
@@ -202,23 +202,12 @@ class Worker(JobLoop):
         self, runnable: list[Delivery], requests: list[TsRequest]
     ) -> tuple[list[Outgoing], ExitCode | None]:
         book = ReplyBook(runnable, started_unix_ms=int(time.time() * 1000), protocols=self._protocols)
-        sink = ReplySink(book, self._publish, asyncio.get_running_loop())
-        try:
-            raw = await asyncio.wait_for(
-                self._torch.run(runtime.predict, self._service, requests, sink), self._response_timeout_s
-            )
-            return book.final(frames.decode(raw)), None
-        except TimeoutError:
-            log.error(
-                "handler exceeded response_timeout; the worker exits",
-                response_timeout_s=self._response_timeout_s,
-            )
-            return book.fail_all(WORKER_DIED), ExitCode.HANDLER_DIED
-        except HandlerExit as exc:
-            log.error("handler exited the worker", cause=repr(exc.cause))
-            return book.fail_all(WORKER_DIED), ExitCode.HANDLER_DIED
-        except Exception:
-            log.exception("handler call failed outside the handler")
-            return book.fail_all(PREDICTION_FAILED), None
-        finally:
-            sink.close()
+        return await call_handler(
+            self._torch,
+            self._service,
+            requests,
+            book,
+            response_timeout_s=self._response_timeout_s,
+            publish=self._publish,
+            read=book.final,
+        )

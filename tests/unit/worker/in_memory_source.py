@@ -8,12 +8,13 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sluice.envelope import Job, Reply, WireProtocol
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 from sluice_worker.broker.source import BrokerUnavailable
 from sluice_worker.delivery import Delivery
+from sluice_worker.exit_codes import ExitCode
 from sluice_worker.protocols import TsRequest
 from sluice_worker.replies import Outgoing
 from sluice_worker.sequence_state import NO_STATES, StateUpdate
@@ -174,3 +175,25 @@ class FakeService:
         """What ``send_intermediate_predict_response`` does (call it from inside ``behaviour``)."""
         frame = create_predict_response(results, self._ids, "Prediction success", 200, None, True)
         self.cl_socket.sendall(frame)
+
+
+class Loop(Protocol):
+    async def serve(self) -> ExitCode: ...
+
+
+async def serve_until(
+    loop: Loop, stopping: asyncio.Event, done: Callable[[], bool], timeout_s: float = 10.0
+) -> ExitCode:
+    """Serve until ``done()`` holds, then stop (SIGTERM) and return the exit code."""
+    task = asyncio.create_task(loop.serve())
+    deadline = time.monotonic() + timeout_s
+    while not done() and not task.done():
+        assert time.monotonic() < deadline, "the loop did not get there in time"
+        await asyncio.sleep(0.002)
+    stopping.set()
+    return await asyncio.wait_for(task, timeout_s)
+
+
+def stream(source: InMemoryJobSource, job_id: str) -> list[Reply]:
+    """Every reply sent for ``job_id``, in order."""
+    return [reply for reply in source.replies if reply.job_id == job_id]

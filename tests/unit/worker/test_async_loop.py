@@ -3,11 +3,9 @@
 cap, clients leaving, the response timeout."""
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
-from sluice.envelope import Reply
 from sluice.errors import ErrorCode
 from sluice.records import BatchPolicy
 from sluice_worker.async_loop import AsyncWorker
@@ -17,7 +15,7 @@ from sluice_worker.handler_loop import HandlerLoop
 
 from tests.support.eventually import eventually
 from tests.unit.worker.cb_services import async_countdown, ts_service
-from tests.unit.worker.in_memory_source import InMemoryJobSource, job, prediction
+from tests.unit.worker.in_memory_source import InMemoryJobSource, job, prediction, serve_until, stream
 
 
 @pytest.fixture
@@ -45,22 +43,6 @@ def make_worker(
         stopping=stopping,
         slots=slots,
     )
-
-
-async def serve_until(
-    worker: AsyncWorker, stopping: asyncio.Event, done: Callable[[], bool], timeout_s: float = 10.0
-) -> ExitCode:
-    task = asyncio.create_task(worker.serve())
-    deadline = time.monotonic() + timeout_s
-    while not done() and not task.done():
-        assert time.monotonic() < deadline, "the loop did not get there in time"
-        await asyncio.sleep(0.002)
-    stopping.set()
-    return await asyncio.wait_for(task, timeout_s)
-
-
-def stream(source: InMemoryJobSource, job_id: str) -> list[Reply]:
-    return [reply for reply in source.replies if reply.job_id == job_id]
 
 
 async def test_concurrent_calls_stream_their_tokens_in_order(handler_loop: HandlerLoop) -> None:

@@ -5,7 +5,7 @@ processes and a real generative model in tests/integration/worker/test_generativ
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from sluice.envelope import Reply
@@ -18,7 +18,7 @@ from sluice_worker.torch_thread import TorchThread
 
 from tests.support.eventually import eventually
 from tests.unit.worker.cb_services import Countdown, ts_service
-from tests.unit.worker.in_memory_source import InMemoryJobSource, job, prediction
+from tests.unit.worker.in_memory_source import InMemoryJobSource, job, prediction, serve_until, stream
 
 
 @pytest.fixture
@@ -51,22 +51,6 @@ def make_worker(
         service=ts_service(handler.handle, batch_size),
         stopping=stopping,
     )
-
-
-async def serve_until(
-    worker: ContinuousWorker, stopping: asyncio.Event, done: Callable[[], bool], timeout_s: float = 10.0
-) -> ExitCode:
-    task = asyncio.create_task(worker.serve())
-    deadline = time.monotonic() + timeout_s
-    while not done() and not task.done():
-        assert time.monotonic() < deadline, "the loop did not get there in time"
-        await asyncio.sleep(0.002)
-    stopping.set()
-    return await asyncio.wait_for(task, timeout_s)
-
-
-def stream(source: InMemoryJobSource, job_id: str) -> list[Reply]:
-    return [reply for reply in source.replies if reply.job_id == job_id]
 
 
 def tokens(replies: list[Reply]) -> list[bytes]:
