@@ -107,6 +107,9 @@ class ContinuousWorker(JobLoop):
         # Sequence state changes to record with the next replies (stateful models).
         self._states: dict[str, StateUpdate] = {}
         self._cancels_due_at = 0.0
+        # Jobs read while the last iteration ran, and whether that read found the queue empty.
+        self._ahead: list[Delivery] = []
+        self._queue_drained = False
 
     @property
     def running(self) -> int:
@@ -120,13 +123,15 @@ class ContinuousWorker(JobLoop):
             if self._stopping.is_set() and not self._running and not new:
                 await self._confirm()
                 return ExitCode.OK
-            new = await self._fill(new)
+            new = await self._fill(new, looked=self._queue_drained)
             if time.monotonic() >= next_scan_at:
                 held = [r.delivery for r in self._running.values()] + new
                 new += await self._scan(held)
                 next_scan_at = time.monotonic() + self._claim_scan_interval_s
-            outgoing, done = await self._admit(new)
-            new = []
+            # Jobs beyond the free slots (read ahead while every slot was taken) wait in hand.
+            free = max(0, self._batching.batch_size - len(self._running))
+            outgoing, done = await self._admit(new[:free])
+            new = new[free:]
             outgoing += self._drop_expired(done)
             if not self._running:
                 if outgoing or done:
@@ -136,11 +141,12 @@ class ContinuousWorker(JobLoop):
             if exit_code is not None:
                 await self._confirm()
                 return exit_code
+            new, self._ahead = new + self._ahead, []
 
-    async def _fill(self, new: list[Delivery]) -> list[Delivery]:
-        """Read new jobs for the next iteration, as the policy says."""
+    async def _fill(self, new: list[Delivery], *, looked: bool) -> list[Delivery]:
+        """Read new jobs for the next iteration, as the policy says (``looked``: the queue was found
+        empty while the last iteration ran)."""
         first_at = time.monotonic() if new else None
-        looked = False
         while True:
             waited_ms = 0.0 if first_at is None else (time.monotonic() - first_at) * 1000
             step = next_fill(
@@ -206,6 +212,7 @@ class ContinuousWorker(JobLoop):
             joining={r.job_id: r.chunks for r in running if r.chunks is not None},
         )
         cancel_check = self._cancel_check(running)
+        ahead = self._read_ahead(len(running))
         with structlog.contextvars.bound_contextvars(**request_ids(deliveries)):
             answers, exit_code = await call_handler(
                 self._torch,
@@ -229,11 +236,29 @@ class ContinuousWorker(JobLoop):
             outgoing = await self._sequences.save(finished, outgoing, self._states)
         done += finished
         outgoing += await self._cancelled(cancel_check, done)
+        self._ahead, self._queue_drained = await ahead
         # The last iteration's answers are in Redis before these go: a resend after an outage can
         # never land behind a later chunk of the same stream.
         await self._confirm()
         self._send(outgoing, done, batch_size=len(running))
         return exit_code
+
+    def _read_ahead(self, running: int) -> "asyncio.Future[tuple[list[Delivery], bool]]":
+        """Read the jobs already waiting while the handler runs (never a blocking read, so never one
+        an idle peer was waiting for), so that the next iteration's newcomers are in hand without a
+        round trip of their own: as many as the slots free now, at least one (slots free up as
+        requests end). Resolves to the jobs, and whether the queue had no more."""
+        if self._stopping.is_set():
+            return _resolved(([], True))
+        count = max(1, self._batching.batch_size - running)
+        return asyncio.ensure_future(self._look(count))
+
+    async def _look(self, count: int) -> tuple[list[Delivery], bool]:
+        try:
+            got = await self._source.read(count, None)
+        except BrokerUnavailable:
+            return [], False  # the next fill reads, and reports the outage
+        return got, len(got) < count
 
     def _cancel_check(self, running: list[Running]) -> "CancelCheck | None":
         """Look up the cancel flags of running requests while the handler runs (when due)."""
@@ -264,3 +289,9 @@ class ContinuousWorker(JobLoop):
     def _send(self, outgoing: list[Outgoing], done: list[Delivery], *, batch_size: int) -> None:
         states, self._states = self._states, {}
         self._finish(lambda: self._source.finish(outgoing, done, batch_size=batch_size, states=states))
+
+
+def _resolved(value: tuple[list[Delivery], bool]) -> "asyncio.Future[tuple[list[Delivery], bool]]":
+    future: asyncio.Future[tuple[list[Delivery], bool]] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future

@@ -10,6 +10,8 @@ from sluice.pipelined_redis import PipelinedRedis
 from sluice_worker.broker import outbox as outbox_module
 from sluice_worker.broker.outbox import Outbox
 
+from tests.unit.worker.in_memory_source import delivery, job
+
 # Far above the one second the outbox waits before writing what it counted meanwhile.
 WRITTEN_WITHIN_S = 10.0
 
@@ -43,3 +45,17 @@ async def test_flush_writes_what_is_counted(
     assert [outbox.batch_size(8), outbox.batch_size(8)] == [[], []]
     await outbox.flush()
     assert await written(redis_client) == {b"1": b"1", b"8": b"2"}
+
+
+async def test_cancel_flags_are_read_in_one_command(
+    pipelined_redis: PipelinedRedis, redis_client: "aioredis.Redis"
+) -> None:
+    outbox = Outbox(pipelined_redis, "m", "1", "w1")
+    jobs = [delivery(job(job_id=f"j{n}")) for n in range(5)]
+    await redis_client.set(keys.cancel("m", "1", "j1"), 1, px=60_000)
+    await redis_client.set(keys.cancel("m", "1", "j4"), 1, px=60_000)
+    before = (await redis_client.info("commandstats")).get("cmdstat_mget", {}).get("calls", 0)
+    assert await outbox.cancelled(jobs) == [False, True, False, False, True]
+    after = (await redis_client.info("commandstats")).get("cmdstat_mget", {}).get("calls", 0)
+    assert after - before == 1
+    assert await outbox.cancelled([]) == []

@@ -118,12 +118,14 @@ class Outbox:
         await settle(self.replies(outgoing))
 
     async def cancelled(self, deliveries: Sequence[Delivery]) -> list[bool]:
-        """Whether each job's client gave up (its cancel flag exists): one pipelined round trip."""
-        sent = [
-            self._hot.send("EXISTS", keys.cancel(self._model, self._version, delivery.job_id))
-            for delivery in deliveries
-        ]
-        return [bool(flag) for flag in await asyncio.gather(*sent)]
+        """Whether each job's client gave up (its cancel flag exists): one ``MGET`` (the flags of a
+        version share its hash tag, so one slot), however many jobs are looked at."""
+        if not deliveries:
+            return []
+        flags: Any = await self._hot.send(
+            "MGET", *(keys.cancel(self._model, self._version, delivery.job_id) for delivery in deliveries)
+        )
+        return [flag is not None for flag in flags]
 
 
 async def settle(sent: "list[asyncio.Future[Any]]") -> list[Any]:
