@@ -11,7 +11,7 @@ PYTEST := $(PY) -m pytest
 
 .PHONY: help install proto lint fmt test test-tiers test-unit test-integration test-e2e test-compat test-compose \
         test-compose-tier compose-images compose-up compose-down gpu-check run stop bench bench-quick \
-        bench-containers bench-sequences bench-autoscale clean
+        bench-containers bench-sequences bench-autoscale bench-generate clean
 
 help:
 	@echo "make run           start redis, manager, gateway and the demo model (Ctrl-C stops)"
@@ -38,7 +38,7 @@ install: $(STAMP) $(PROTO_OUT)/.stamp
 
 proto: $(PROTO_OUT)/.stamp
 
-LINTED := services tests scripts bench docker
+LINTED := services tests scripts bench docker examples
 
 lint: install
 	$(VENV)/bin/ruff check $(LINTED)
@@ -98,11 +98,13 @@ compose-down:
 gpu-check: install
 	bash scripts/gpu_check.sh
 
-# The demo archive is built into the runtime folder's model store, then served until Ctrl-C.
+# The demo archives (an MLP, and tiny_gpt with continuous batching: examples/tiny_gpt) are built into
+# the runtime folder's model store, then served until Ctrl-C.
 DEMO_STORE := var/model-store
 run: install
 	$(PY) -m sluice_worker.demo_model $(DEMO_STORE)
-	$(VENV)/bin/sluice start --foreground --model-store $(DEMO_STORE) --models demo=demo.mar
+	$(PY) -m examples.tiny_gpt.archive $(DEMO_STORE)
+	$(VENV)/bin/sluice start --foreground --model-store $(DEMO_STORE) --models demo=demo.mar,tiny_gpt=tiny_gpt.mar
 
 stop: install
 	$(VENV)/bin/sluice stop
@@ -123,6 +125,11 @@ bench-sequences: install
 # start from zero (bench/autoscale.py). ARGS=--quick for a short run.
 bench-autoscale: install
 	$(PY) -m bench.autoscale $(ARGS)
+
+# Generative serving (bench/generate.py): token streams against Sluice with and without continuous
+# batching (gRPC and REST), TorchServe 0.12 (REST) and the handler in-process. ARGS=--quick for a short run.
+bench-generate: install
+	$(PY) -m bench.generate $(ARGS)
 
 # Worker containers against worker processes (bench/containers.py); needs a Docker engine and the images.
 bench-containers: compose-images

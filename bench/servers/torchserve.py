@@ -36,6 +36,8 @@ class TorchServeServer:
     store: Path
     ports: Ports = field(default_factory=Ports.free)
     name: str = "torchserve"
+    # Set in the environment of the frontend, which passes it on to its workers (OMP_NUM_THREADS=1).
+    extra_env: dict[str, str] = field(default_factory=dict)
     _java: psutil.Process | None = None
 
     @property
@@ -48,6 +50,7 @@ class TorchServeServer:
         env["TMPDIR"] = str(self.tmpdir)
         env["VIRTUAL_ENV"] = str(self.venv)
         env.pop("TS_CONFIG_FILE", None)
+        env.update(self.extra_env)
         return env
 
     def start(
