@@ -1,6 +1,16 @@
 """Architecture boundaries, checked rather than hoped for:
 services never import each other; only the worker imports torch or TorchServe's ``ts`` package;
-``sluice.errors`` imports no transport."""
+``sluice.errors`` imports no transport; in the gateway and the worker only ``app.py`` (the wiring) and
+``broker/`` import Redis.
+
+"Redis", for that rule, is any module of the Redis client libraries (``redis``, ``hiredis``) and of
+Sluice's own clients and their errors (:data:`REDIS_MODULES`), whether imported at run time or for
+type checking only. Shared modules that are handed a client (``sluice.registry``'s readers,
+``sluice.auth_store``, ``sluice.registry_store``) are not on the list: outside ``broker/`` a module has
+no client to hand them. The check reads import statements; it does not see ``importlib`` calls.
+
+    check_boundaries.py [ROOT]    (ROOT: the repository, by default the one this script is in)
+"""
 
 import ast
 import sys
@@ -14,38 +24,71 @@ SERVICES = {
     "sluice": Path("services/shared/sluice"),
 }
 WORKER_ONLY = {"torch", "ts", "numpy"}
+REDIS_MODULES = (
+    "redis",
+    "hiredis",
+    "sluice.control_redis",
+    "sluice.pipelined_redis",
+    "sluice.redis_client",
+    "sluice.redis_errors",
+)
+# Services whose Redis stays behind their broker/ package (and the app.py that wires it).
+BROKER_ONLY = {"sluice_gateway", "sluice_worker"}
 
 
-def imported_roots(path: Path) -> set[str]:
-    roots: set[str] = set()
+def imported_names(path: Path) -> set[str]:
+    """Every absolute module name ``path`` imports, and for ``from a import b`` also ``a.b`` (``b``
+    may be a module)."""
+    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
 
 
-def violations() -> list[str]:
+def redis_imports(names: set[str]) -> list[str]:
+    return sorted(
+        module
+        for module in REDIS_MODULES
+        if any(name == module or name.startswith(f"{module}.") for name in names)
+    )
+
+
+def may_import_redis(package: str, relative: Path) -> bool:
+    """``relative``: the file's path inside its package's folder."""
+    if package not in BROKER_ONLY:
+        return True
+    return relative.as_posix() == "app.py" or relative.parts[0] == "broker"
+
+
+def violations(root: Path) -> list[str]:
     found: list[str] = []
     for package, folder in SERVICES.items():
-        for path in folder.rglob("*.py"):
+        for path in sorted((root / folder).rglob("*.py")):
             if "/v1/" in path.as_posix():
                 continue
-            roots = imported_roots(path)
+            shown = path.relative_to(root)
+            names = imported_names(path)
+            roots = {name.split(".")[0] for name in names}
             for other in SERVICES.keys() - {package, "sluice"}:
                 if other in roots:
-                    found.append(f"{path}: imports {other} (services never import each other)")
+                    found.append(f"{shown}: imports {other} (services never import each other)")
             if package != "sluice_worker":
                 for name in sorted(roots & WORKER_ONLY):
-                    found.append(f"{path}: imports {name} (only the worker may)")
+                    found.append(f"{shown}: imports {name} (only the worker may)")
             if path.name == "errors.py" and package == "sluice" and roots & {"grpc", "aiohttp"}:
-                found.append(f"{path}: sluice.errors must not import a transport")
+                found.append(f"{shown}: sluice.errors must not import a transport")
+            if not may_import_redis(package, path.relative_to(root / folder)):
+                for module in redis_imports(names):
+                    found.append(f"{shown}: imports {module} (only app.py and broker/ may use Redis)")
     return found
 
 
 if __name__ == "__main__":
-    problems = violations()
+    problems = violations(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1])
     for line in problems:
         print(line)
     sys.exit(1 if problems else 0)

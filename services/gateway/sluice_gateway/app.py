@@ -25,15 +25,17 @@ from sluice.pipelined_redis import PipelinedRedis
 from sluice.redis_errors import RedisError
 
 from sluice_gateway.broker.redis_admission import RedisJobAdmission
+from sluice_gateway.broker.redis_reader import RedisClusterReader
 from sluice_gateway.broker.redis_replies import RedisReplies
+from sluice_gateway.broker.registry_events import RegistryEvents
 from sluice_gateway.broker.reply_stream_keeper import ReplyStreamKeeper
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api.server import Readiness, add_reflection, create_server
-from sluice_gateway.health import ModelHealth, redis_answers
+from sluice_gateway.health import ModelHealth
 from sluice_gateway.kserve import grpc as kserve_grpc
 from sluice_gateway.kserve.service import KServeService
 from sluice_gateway.metrics.inference import InferenceMetrics
-from sluice_gateway.registry_cache import RegistryCache, RegistryEvents
+from sluice_gateway.registry_cache import RegistryCache
 from sluice_gateway.security import gateway_security, warn_exposure
 from sluice_gateway.sequences import SequenceHeaders
 from sluice_gateway.settings import GatewaySettings
@@ -64,6 +66,8 @@ class Gateway:
         # Registry reads, health, the reply-stream script and registry events. The hot path (enqueue,
         # cancel flags) and the blocking reply read get pipelined connections of their own.
         self.redis = ControlRedis(settings.redis_url)
+        # The registry and the cluster state as the rest of the gateway reads them (broker.seam).
+        self.cluster = RedisClusterReader(self.redis)
         self._hot_redis = PipelinedRedis(settings.redis_url, name="enqueue")
         self._reader_redis = PipelinedRedis(
             settings.redis_url, timeout_s=settings.reply_block_s + COMMAND_TIMEOUT_S, name="reply-reader"
@@ -75,7 +79,7 @@ class Gateway:
             block_s=settings.reply_block_s,
             count=settings.reply_read_count,
         )
-        self.cache = RegistryCache(self.redis, ttl_s=settings.registry_cache_ttl_s)
+        self.cache = RegistryCache(self.cluster, ttl_s=settings.registry_cache_ttl_s)
         self.events = RegistryEvents(self.redis, self.cache)
         self.admission = RedisJobAdmission(self._hot_redis)
         self.sequence_headers = SequenceHeaders(
@@ -95,7 +99,7 @@ class Gateway:
         )
         # KServe v2, transport-agnostic: the gRPC servicer and the REST routes share it and its statistics.
         self.kserve = KServeService(
-            self.plane, self.cache, self.redis, gateway_ready=self._ready, version=sluice_version
+            self.plane, self.cache, self.cluster, gateway_ready=self._ready, version=sluice_version
         )
         self.listeners: list[HttpListener] = []
         self.server: grpc.aio.Server | None = None
@@ -110,7 +114,7 @@ class Gateway:
             self.server,
             torchserve_grpc.TorchServeInference(
                 self.plane,
-                ModelHealth(self.redis),
+                ModelHealth(self.cluster),
                 stream2_max_in_flight=settings.stream2_max_in_flight,
                 max_request_size=settings.max_request_size,
                 sequence_headers=self.sequence_headers,
@@ -170,7 +174,7 @@ class Gateway:
             settings,
             self.plane,
             self.cache,
-            ModelHealth(self.redis),
+            ModelHealth(self.cluster),
             self.kserve,
             self.sequence_headers,
             self._rest_middlewares(),
@@ -178,7 +182,7 @@ class Gateway:
         self.listeners.append(rest)
         self.rest_port = await rest.start()
         if settings.enable_metrics_api:
-            metrics = metrics_listener(settings, self.metrics, self.redis)
+            metrics = metrics_listener(settings, self.metrics, self.cluster)
             self.listeners.append(metrics)
             self.metrics_port = await metrics.start()
 
@@ -205,7 +209,7 @@ class Gateway:
         """Redis answers and the reply stream exists (calls can be answered)."""
         timeout_s = max(self.settings.health_check_interval_s, 1.0)
         established = self._keeper is not None and self._keeper.established
-        return established and await redis_answers(self.redis, timeout_s)
+        return established and await self.cluster.answers(timeout_s)
 
     def _alive_value(self) -> str:
         return json.dumps(

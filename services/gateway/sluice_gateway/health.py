@@ -1,12 +1,10 @@
-"""Health as the gateway reports it: TorchServe's Ping text and model health, and Redis readiness."""
+"""Health as the gateway reports it: TorchServe's Ping text and model health."""
 
-import asyncio
 import json
 
-from sluice import keys, registry
-from sluice.control_redis import ControlRedis
 from sluice.log import get_logger
-from sluice.redis_errors import RedisError
+
+from sluice_gateway.broker.seam import BrokerUnavailable, ClusterReader
 
 log = get_logger(__name__)
 
@@ -25,37 +23,27 @@ def version_healthy(min_workers: int, live_workers: int) -> bool:
 
 class ModelHealth:
     """TorchServe's rule: healthy unless some model's default version has fewer live workers than
-    its min_workers. Redis unreachable counts as unhealthy."""
+    its min_workers. A broker that cannot be reached counts as unhealthy."""
 
-    def __init__(self, redis: ControlRedis) -> None:
-        self._redis = redis
+    def __init__(self, reader: ClusterReader) -> None:
+        self._reader = reader
 
     async def healthy(self) -> bool:
         try:
             return await self._all_default_versions_healthy()
-        except RedisError as exc:
+        except BrokerUnavailable as exc:
             log.warning("model health unknown: Redis unreachable", error=str(exc))
             return False
 
     async def _all_default_versions_healthy(self) -> bool:
-        for raw_name in await self._redis.zrange(keys.MODELS, 0, -1):
-            model = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
-            default, _versions = await registry.model_versions(self._redis, model)
+        for model in await self._reader.model_names():
+            default, _versions = await self._reader.model_versions(model)
             if default is None:
                 continue
-            record = await registry.get_version(self._redis, model, default)
+            record = await self._reader.version_record(model, default)
             if record is None:
                 continue
-            live = await registry.live_workers(self._redis, model, default)
+            live = await self._reader.live_workers(model, default)
             if not version_healthy(record.min_workers, len(live)):
                 return False
         return True
-
-
-async def redis_answers(redis: ControlRedis, timeout_s: float) -> bool:
-    """Whether Redis answers a PING within ``timeout_s``."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            return bool(await redis.ping())
-    except (RedisError, TimeoutError, OSError):
-        return False

@@ -1,29 +1,22 @@
 """The gateway's view of the registry: model -> (default, versions) and version -> record, cached.
 
-Entries are dropped when a registry event arrives on pub/sub and, because pub/sub is at-most-once,
-after a short TTL as well. Not-found answers are cached too, so unknown names cost no Redis trip.
-Concurrent misses for one model share a single load.
+Misses are read through the broker's :class:`~sluice_gateway.broker.seam.ClusterReader`. Entries are
+dropped when a registry event arrives (:mod:`sluice_gateway.broker.registry_events`) and, because
+those are at-most-once, after a short TTL as well. Not-found answers are cached too, so unknown names
+cost no broker read. Concurrent misses for one model share a single load.
 """
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
-from sluice import keys, registry
-from sluice.backoff import Backoff
-from sluice.cancellation import cancel_and_wait
-from sluice.control_redis import ControlRedis
+from sluice import registry
 from sluice.errors import ErrorCode, SluiceError
-from sluice.log import get_logger
 from sluice.records import VersionRecord
-from sluice.redis_errors import RedisError
 
-from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE
-
-log = get_logger(__name__)
+from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE, BrokerUnavailable, ClusterReader
 
 T = TypeVar("T")
 
@@ -52,9 +45,9 @@ def model_not_found(model: str) -> SluiceError:
 
 class RegistryCache:
     def __init__(
-        self, redis: ControlRedis, *, ttl_s: float, clock: Callable[[], float] = time.monotonic
+        self, reader: ClusterReader, *, ttl_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._redis = redis
+        self._reader = reader
         self._ttl_s = ttl_s
         self._clock = clock
         self._models: dict[str, tuple[float, _ModelEntry]] = {}
@@ -101,7 +94,7 @@ class RegistryCache:
 
     async def _load_model(self, model: str) -> _ModelEntry:
         generation = self._generation
-        default, versions = await registry.model_versions(self._redis, model)
+        default, versions = await self._reader.model_versions(model)
         entry = _ModelEntry(default, versions)
         if generation == self._generation:
             self._models[model] = (self._clock() + self._ttl_s, entry)
@@ -109,7 +102,7 @@ class RegistryCache:
 
     async def _load_record(self, model: str, version: str) -> VersionRecord | None:
         generation = self._generation
-        record = await registry.get_version(self._redis, model, version)
+        record = await self._reader.version_record(model, version)
         if generation == self._generation:
             self._records[(model, version)] = (self._clock() + self._ttl_s, record)
         return record
@@ -123,7 +116,7 @@ class RegistryCache:
             task.add_done_callback(lambda done: self._load_done(key, done))
         try:
             return cast(T, await asyncio.shield(task))
-        except RedisError as exc:
+        except BrokerUnavailable as exc:
             raise SluiceError(ErrorCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
 
     def _load_done(self, key: tuple[str, ...], task: "asyncio.Future[Any]") -> None:
@@ -131,60 +124,3 @@ class RegistryCache:
             del self._loads[key]
         if not task.cancelled():
             task.exception()  # mark retrieved: a load whose callers all left must not warn
-
-
-class RegistryEvents:
-    """Listens on :data:`sluice.keys.EVENTS_CHANNEL` and invalidates the cache.
-
-    Every (re)subscription clears the whole cache: events published while we were not subscribed
-    are lost."""
-
-    def __init__(self, redis: ControlRedis, cache: VersionResolver) -> None:
-        self._redis = redis
-        self._cache = cache
-        self._task: asyncio.Task[None] | None = None
-        self.subscribed = asyncio.Event()
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="registry-events")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            await cancel_and_wait(self._task)
-            self._task = None
-
-    async def _run(self) -> None:
-        backoff = Backoff(first_s=0.05, jitter=True)
-        while True:
-            try:
-                await self._listen(backoff)
-            except RedisError as exc:
-                log.warning("registry events lost", error=str(exc))
-            except Exception:
-                log.exception("registry events error")
-            self.subscribed.clear()
-            self._cache.invalidate()
-            await asyncio.sleep(backoff.next_delay_s())
-
-    async def _listen(self, backoff: Backoff) -> None:
-        async with self._redis.pubsub() as pubsub:
-            await pubsub.subscribe(keys.EVENTS_CHANNEL)
-            while True:
-                message = await pubsub.get_message(timeout=1.0)
-                if message is None:
-                    continue
-                if message["type"] == "subscribe":
-                    self._cache.invalidate()
-                    self.subscribed.set()
-                    backoff.reset()
-                elif message["type"] == "message":
-                    self._cache.invalidate(event_model(message["data"]))
-
-
-def event_model(data: bytes | str) -> str | None:
-    """The model a registry event is about; None (everything) when the event is not understood."""
-    try:
-        model = json.loads(data).get("model")
-    except (ValueError, AttributeError):
-        return None
-    return model if isinstance(model, str) and model else None

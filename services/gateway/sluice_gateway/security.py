@@ -13,12 +13,12 @@ import grpc
 from sluice.auth_grpc import TokenAuthInterceptor
 from sluice.auth_keys import KeyKind
 from sluice.auth_settings import TokenErrorCodes
-from sluice.auth_store import TokenStore, TokenVerifier
-from sluice.control_redis import ControlRedis
+from sluice.auth_store import TokenVerifier
 from sluice.exposure import check_listener
 from sluice.http_listener import parse_address
 from sluice.log import get_logger
 
+from sluice_gateway.broker.token_keys import RedisTokenKeys
 from sluice_gateway.settings import GatewaySettings
 
 log = get_logger(__name__)
@@ -29,7 +29,7 @@ class GatewaySecurity:
     interceptors: list[grpc.aio.ServerInterceptor] = field(default_factory=list)
     verifier: TokenVerifier | None = None
     codes: TokenErrorCodes | None = None
-    _redis: ControlRedis | None = None
+    _token_keys: RedisTokenKeys | None = None
 
     def rest_middlewares(self) -> list[Any]:
         """The REST listener's middlewares, built when it starts: aiohttp is imported then, after the
@@ -41,22 +41,22 @@ class GatewaySecurity:
         return [token_middleware(self.verifier, inference_scope, self.codes)]
 
     async def aclose(self) -> None:
-        if self._redis is not None:
-            await self._redis.aclose()
+        if self._token_keys is not None:
+            await self._token_keys.aclose()
 
 
 def gateway_security(settings: GatewaySettings) -> GatewaySecurity:
     if not settings.token_auth_enabled:
         log.warning("token authorization is OFF (disable_token_authorization): any caller can infer")
         return GatewaySecurity()
-    redis = ControlRedis(settings.redis_url, name="token-keys")
-    verifier = TokenVerifier(TokenStore(redis), cache_s=settings.token_cache_s)
+    token_keys = RedisTokenKeys(settings.redis_url)
+    verifier = TokenVerifier(token_keys.store, cache_s=settings.token_cache_s)
     codes = settings.token_error_codes
     return GatewaySecurity(
         interceptors=[TokenAuthInterceptor(verifier, KeyKind.INFERENCE, codes=codes)],
         verifier=verifier,
         codes=codes,
-        _redis=redis,
+        _token_keys=token_keys,
     )
 
 

@@ -1,7 +1,7 @@
 """What Sluice's own Redis clients (:mod:`sluice.pipelined_redis`, :mod:`sluice.control_redis`) raise.
 
 They do not raise redis-py's classes: importing any part of redis-py loads all of it (~6 MiB in the
-gateway, which uses no redis-py). The worker uses both kinds of client (``sluice_worker.retries``
+gateway, which uses no redis-py). The worker uses both kinds of client (``sluice_worker.broker.retries``
 names both kinds of failure); shared code that serves both catches :func:`failures`.
 """
 

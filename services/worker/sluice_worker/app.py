@@ -21,20 +21,22 @@ from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
 from sluice_worker import device, runtime
 from sluice_worker.async_loop import AsyncWorker
 from sluice_worker.batch_policy import Batching
+from sluice_worker.broker.artifact_endpoint import RedisArtifactEndpoints
 from sluice_worker.broker.job_stream import JobQueue
 from sluice_worker.broker.presence import Presence
 from sluice_worker.broker.reclaim import Reclaimer
 from sluice_worker.broker.redis_source import RedisJobSource
+from sluice_worker.broker.retries import until_done
 from sluice_worker.broker.sequences.source import SequenceJobSource
+from sluice_worker.broker.version_record import wait_for_record
 from sluice_worker.continuous import ContinuousWorker
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.handler_loop import HandlerLoop
 from sluice_worker.model_fetch import FetchError, model_folder
 from sluice_worker.protocols import Protocols
-from sluice_worker.retries import until_done
 from sluice_worker.sequence_state import SequenceStates
 from sluice_worker.settings import WorkerSettings
-from sluice_worker.startup import enter_model_dir, export_sequence_header_names, wait_for_record
+from sluice_worker.startup import enter_model_dir, export_sequence_header_names
 from sluice_worker.torch_thread import HandlerExit, TorchThread
 from sluice_worker.usage import usage_refresher
 from sluice_worker.worker import Worker
@@ -146,7 +148,8 @@ async def _start(
     structlog.contextvars.bind_contextvars(worker=worker_id)
 
     try:
-        folder = await model_folder(record, redis, settings.model_cache_path, record.startup_timeout_s)
+        endpoints = RedisArtifactEndpoints(redis)
+        folder = await model_folder(record, endpoints, settings.model_cache_path, record.startup_timeout_s)
     except FetchError as exc:
         log.error("cannot get the model's files", error=str(exc))
         return ExitCode.LOAD_FAILED

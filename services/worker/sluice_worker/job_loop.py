@@ -13,11 +13,11 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 
 from sluice_worker.batch_policy import Batching, is_expired
+from sluice_worker.broker.retries import until_done
 from sluice_worker.broker.source import BrokerUnavailable, JobSource
 from sluice_worker.delivery import Delivery
 from sluice_worker.protocols import Protocols, TsRequest
 from sluice_worker.replies import Outgoing, failure
-from sluice_worker.retries import until_done
 
 log = get_logger(__name__)
 

@@ -3,7 +3,8 @@
 The manager unpacks every archive into its models folder and records the folder and the digest of
 its artifact (sluice.model_artifact). A worker that sees that folder (the manager's host, or a shared
 volume at the same path) loads from it. Any other worker (a container, another machine) fetches the
-artifact from the manager's artifact endpoint (its URL and token are in Redis), checks the digest,
+artifact from the manager's artifact endpoint (its URL and token from the broker:
+:mod:`sluice_worker.broker.artifact_endpoint`), checks the digest,
 and unpacks it into its host's cache, ``<model_cache_dir>/<sha256>``, once per host: workers of the
 same host that start together each download into a private temporary name and the first complete
 rename wins; a later worker finds the folder there.
@@ -17,11 +18,12 @@ import shutil
 from pathlib import Path
 
 import aiohttp
-import redis.asyncio as aioredis
-from sluice import keys, model_artifact
+from sluice import model_artifact
 from sluice.backoff import Backoff
 from sluice.log import get_logger
 from sluice.records import VersionRecord
+
+from sluice_worker.broker.artifact_endpoint import ArtifactEndpoints
 
 log = get_logger(__name__)
 
@@ -34,7 +36,7 @@ class FetchError(Exception):
 
 
 async def model_folder(
-    record: VersionRecord, redis: "aioredis.Redis", cache_dir: Path, wait_s: float
+    record: VersionRecord, endpoints: ArtifactEndpoints, cache_dir: Path, wait_s: float
 ) -> Path:
     """The folder to load ``record``'s model from; fetching it may be retried for ``wait_s``."""
     local = Path(record.model_dir)
@@ -48,7 +50,7 @@ async def model_folder(
     deadline = asyncio.get_running_loop().time() + wait_s
     while True:
         try:
-            return await _fetch(record, redis, cache_dir, cached)
+            return await _fetch(record, endpoints, cache_dir, cached)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             delay_s = backoff.next_delay_s()
             if asyncio.get_running_loop().time() + delay_s > deadline:
@@ -57,16 +59,16 @@ async def model_folder(
             await asyncio.sleep(delay_s)
 
 
-async def _fetch(record: VersionRecord, redis: "aioredis.Redis", cache_dir: Path, cached: Path) -> Path:
-    url, token = await redis.mget(keys.ARTIFACT_URL, keys.ARTIFACT_TOKEN)
-    if url is None or token is None:
+async def _fetch(record: VersionRecord, endpoints: ArtifactEndpoints, cache_dir: Path, cached: Path) -> Path:
+    endpoint = await endpoints.current()
+    if endpoint is None:
         raise OSError("no manager advertises an artifact endpoint yet")
-    source = f"{_text(url)}/artifacts/{record.model_name}/{record.version}"
+    source = f"{endpoint.url}/artifacts/{record.model_name}/{record.version}"
     await asyncio.to_thread(cache_dir.mkdir, parents=True, exist_ok=True)
     partial = cache_dir / f"{_TEMPORARY}{secrets.token_hex(6)}"
     download = partial.with_suffix(".tar")
     try:
-        digest = await _download(source, _text(token), download)
+        digest = await _download(source, endpoint.token, download)
         if digest != record.artifact_sha256:
             raise FetchError(
                 f"the model artifact's digest is {digest}, the registry says {record.artifact_sha256}"
@@ -107,7 +109,3 @@ async def _download(url: str, token: str, target: Path) -> str:
 def _remove(download: Path, partial: Path) -> None:
     download.unlink(missing_ok=True)
     shutil.rmtree(partial, ignore_errors=True)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -6,10 +6,10 @@ of the same stream."""
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+from sluice_worker.broker.retries import until_done
 from sluice_worker.broker.source import JobSource
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import Outgoing
-from sluice_worker.retries import until_done
 
 
 class ReplyPump:

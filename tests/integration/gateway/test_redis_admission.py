@@ -1,6 +1,7 @@
-"""Job admission against a real Redis, for both enqueue paths: small jobs through the Lua script,
-large ones by XADD checked in the same transaction. Each rule must hold the same way on both; a Redis
-that does not answer is the seam's BrokerUnavailable."""
+"""The gateway's job admission against a real Redis, for both enqueue paths: small jobs through the
+admission rule's check-and-add script, large ones by XADD checked in the same transaction (both are
+sluice.admission's, whose whole table is tests/integration/shared/test_admission_rule.py). Each rule
+must hold the same way on both; a Redis that does not answer is the seam's BrokerUnavailable."""
 
 import asyncio
 from typing import Any

@@ -14,6 +14,7 @@ from sluice import keys, model_artifact
 from sluice.records import VersionRecord
 from sluice.registry_store import RegistryStore
 from sluice_manager.models.artifact_server import ArtifactServer
+from sluice_worker.broker.artifact_endpoint import RedisArtifactEndpoints
 from sluice_worker.model_fetch import FetchError, model_folder
 
 
@@ -39,6 +40,12 @@ async def served(redis_client: "aioredis.Redis", tmp_path: Path) -> AsyncIterato
     await server.stop(1.0)
 
 
+@pytest.fixture
+def endpoints(redis_client: "aioredis.Redis") -> RedisArtifactEndpoints:
+    """Where a worker learns the manager's endpoint: its broker side, on the test's Redis."""
+    return RedisArtifactEndpoints(redis_client)
+
+
 async def text(redis: "aioredis.Redis", key: str) -> str:
     raw = await redis.get(key)
     assert isinstance(raw, bytes)
@@ -51,43 +58,41 @@ def elsewhere(record: VersionRecord) -> VersionRecord:
 
 
 async def test_a_worker_fetches_verifies_and_caches_the_model(
-    served: VersionRecord, redis_client: "aioredis.Redis", tmp_path: Path
+    served: VersionRecord, redis_client: "aioredis.Redis", endpoints: RedisArtifactEndpoints, tmp_path: Path
 ) -> None:
     cache = tmp_path / "worker-cache"
-    folder = await model_folder(elsewhere(served), redis_client, cache, wait_s=10)
+    folder = await model_folder(elsewhere(served), endpoints, cache, wait_s=10)
     assert folder == cache / served.artifact_sha256
     assert (folder / "sub" / "weights.bin").read_bytes() == b"\x00\x01" * 100_000
     assert model_artifact.digest(folder) == served.artifact_sha256
     assert [p.name for p in cache.iterdir()] == [served.artifact_sha256], "no partial files left"
     # The endpoint is not asked again: the cache answers (even with the manager gone).
     await redis_client.set(keys.ARTIFACT_URL, "http://127.0.0.1:9")
-    assert await model_folder(elsewhere(served), redis_client, cache, wait_s=1) == folder
+    assert await model_folder(elsewhere(served), endpoints, cache, wait_s=1) == folder
 
 
 async def test_a_worker_that_sees_the_managers_folder_uses_it(
-    served: VersionRecord, redis_client: "aioredis.Redis", tmp_path: Path
+    served: VersionRecord, endpoints: RedisArtifactEndpoints, tmp_path: Path
 ) -> None:
-    assert await model_folder(served, redis_client, tmp_path / "cache", wait_s=1) == Path(served.model_dir)
+    assert await model_folder(served, endpoints, tmp_path / "cache", wait_s=1) == Path(served.model_dir)
     assert not (tmp_path / "cache").exists()
 
 
 async def test_workers_of_one_host_fetching_together_share_one_folder(
-    served: VersionRecord, redis_client: "aioredis.Redis", tmp_path: Path
+    served: VersionRecord, endpoints: RedisArtifactEndpoints, tmp_path: Path
 ) -> None:
     cache = tmp_path / "worker-cache"
-    folders = await asyncio.gather(
-        *(model_folder(elsewhere(served), redis_client, cache, 10) for _ in range(4))
-    )
+    folders = await asyncio.gather(*(model_folder(elsewhere(served), endpoints, cache, 10) for _ in range(4)))
     assert set(folders) == {cache / served.artifact_sha256}
     assert [p.name for p in cache.iterdir()] == [served.artifact_sha256]
 
 
 async def test_content_that_does_not_match_the_digest_is_refused(
-    served: VersionRecord, redis_client: "aioredis.Redis", tmp_path: Path
+    served: VersionRecord, endpoints: RedisArtifactEndpoints, tmp_path: Path
 ) -> None:
     tampered = dataclasses.replace(elsewhere(served), artifact_sha256="0" * 64)
     with pytest.raises(FetchError, match="digest"):
-        await model_folder(tampered, redis_client, tmp_path / "cache", wait_s=1)
+        await model_folder(tampered, endpoints, tmp_path / "cache", wait_s=1)
     assert list((tmp_path / "cache").iterdir()) == [], "nothing kept"
 
 
@@ -105,8 +110,8 @@ async def test_the_endpoint_wants_the_token(served: VersionRecord, redis_client:
 
 
 async def test_a_worker_with_no_endpoint_to_ask_gives_up_after_its_wait(
-    served: VersionRecord, redis_client: "aioredis.Redis", tmp_path: Path
+    served: VersionRecord, redis_client: "aioredis.Redis", endpoints: RedisArtifactEndpoints, tmp_path: Path
 ) -> None:
     await redis_client.set(keys.ARTIFACT_URL, "http://127.0.0.1:9")  # nothing listens there
     with pytest.raises(FetchError, match="cannot fetch"):
-        await model_folder(elsewhere(served), redis_client, tmp_path / "cache", wait_s=1)
+        await model_folder(elsewhere(served), endpoints, tmp_path / "cache", wait_s=1)

@@ -3,48 +3,73 @@
 import asyncio
 from typing import Any
 
-from sluice import keys, registry
-from sluice.records import VersionRecord, VersionState
-from sluice.redis_errors import RedisDown
+from sluice.records import StartupReport, VersionRecord, WorkerRecord, WorkerStatus
+from sluice_gateway.broker.seam import BrokerUnavailable
+from sluice_gateway.metrics.cluster import VersionStats
 
 
-class FakeRegistryRedis:
-    """Just the hash reads the registry functions do, counting them."""
+class FakeClusterReader:
+    """The registry kept in dicts behind the gateway's ``ClusterReader`` seam, counting the reads."""
 
     def __init__(self) -> None:
-        self.hashes: dict[str, dict[str, str]] = {}
+        # model -> (default, versions); (model, version) -> record / live workers.
+        self.models: dict[str, tuple[str | None, set[str]]] = {}
+        self.records: dict[tuple[str, str], VersionRecord] = {}
+        self.workers: dict[tuple[str, str], list[WorkerRecord]] = {}
+        self.report: StartupReport | None = None
+        self.stats: list[VersionStats] = []
         self.reads = 0
+        # Raise BrokerUnavailable while set; a set gate holds every read until it opens.
         self.down = False
         self.gate: asyncio.Event | None = None
 
     def put(self, record: VersionRecord, *, default: bool = True) -> None:
-        model = self.hashes.setdefault(keys.model(record.model_name), {})
-        model[f"{registry.VERSION_FIELD_PREFIX}{record.version}"] = "0"
-        if default or registry.DEFAULT_FIELD not in model:
-            model[registry.DEFAULT_FIELD] = record.version
-        self.hashes[keys.version_config(record.model_name, record.version)] = {
-            registry.RECORD_FIELD: record.to_json(),
-            "state": VersionState.ACTIVE.value,
-        }
+        old_default, versions = self.models.get(record.model_name, (None, set()))
+        new_default = record.version if default or old_default is None else old_default
+        self.models[record.model_name] = (new_default, versions | {record.version})
+        self.records[(record.model_name, record.version)] = record
 
     async def _read(self) -> None:
         self.reads += 1
         if self.gate is not None:
             await self.gate.wait()
         if self.down:
-            raise RedisDown("down")
+            raise BrokerUnavailable("down")
 
-    async def hgetall(self, key: str) -> dict[bytes, bytes]:
+    async def model_names(self) -> list[str]:
         await self._read()
-        return {k.encode(): v.encode() for k, v in self.hashes.get(key, {}).items()}
+        return sorted(self.models)
 
-    async def hget(self, key: str, field: str) -> Any:
+    async def model_versions(self, model: str) -> tuple[str | None, set[str]]:
         await self._read()
-        value = self.hashes.get(key, {}).get(field)
-        return None if value is None else value.encode()
+        default, versions = self.models.get(model, (None, set()))
+        return default, set(versions)
+
+    async def version_record(self, model: str, version: str) -> VersionRecord | None:
+        await self._read()
+        return self.records.get((model, version))
+
+    async def live_workers(self, model: str, version: str) -> list[WorkerRecord]:
+        await self._read()
+        return list(self.workers.get((model, version), []))
+
+    async def startup_report(self) -> StartupReport | None:
+        await self._read()
+        return self.report
+
+    async def version_stats(self) -> list[VersionStats]:
+        await self._read()
+        return list(self.stats)
+
+    async def answers(self, timeout_s: float) -> bool:
+        return not self.down
 
 
 def record(model: str = "echo", version: str = "1.0", **fields: Any) -> VersionRecord:
     return VersionRecord(
         model_name=model, version=version, model_url="m.mar", model_dir="/none", handler="h", **fields
     )
+
+
+def worker(worker_id: str = "9000") -> WorkerRecord:
+    return WorkerRecord(worker_id=worker_id, pid=1, host="h", status=WorkerStatus.READY, started_unix_ms=0)

@@ -1,5 +1,6 @@
 """An in-memory broker behind the data plane's two seams (:mod:`sluice_gateway.broker.seam`), so unit
-tests drive the data plane without Redis: :class:`InMemoryAdmission` applies ``enqueue.lua``'s rules to
+tests drive the data plane without Redis: :class:`InMemoryAdmission` applies the admission rule
+(:mod:`sluice.admission`, whose table tests/integration/shared/test_admission_rule.py checks) to
 versions kept in a dict, :class:`InMemoryReplies` hands the replies a test sends to the waiting calls.
 The Redis implementations are tested against a real redis-server in tests/integration/gateway."""
 

@@ -1,14 +1,15 @@
-"""The registry cache: resolution, TTL, invalidation, negative caching, shared loads."""
+"""The registry cache over the broker's ClusterReader: resolution, TTL, invalidation, negative caching,
+shared loads."""
 
 import asyncio
-from typing import Any
 
 import pytest
 from sluice.errors import ErrorCode, SluiceError
-from sluice_gateway.registry_cache import RegistryCache, event_model
+from sluice_gateway.broker.registry_events import event_model
+from sluice_gateway.registry_cache import RegistryCache
 
 from tests.support.eventually import eventually
-from tests.unit.gateway.fakes import FakeRegistryRedis, record
+from tests.unit.gateway.fakes import FakeClusterReader, record
 
 
 class Clock:
@@ -20,8 +21,8 @@ class Clock:
 
 
 @pytest.fixture
-def redis() -> FakeRegistryRedis:
-    fake = FakeRegistryRedis()
+def reader() -> FakeClusterReader:
+    fake = FakeClusterReader()
     fake.put(record(version="1.0"))
     fake.put(record(version="2.0", response_timeout_s=7), default=False)
     return fake
@@ -33,9 +34,8 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def cache(redis: FakeRegistryRedis, clock: Clock) -> RegistryCache:
-    fake: Any = redis
-    return RegistryCache(fake, ttl_s=5.0, clock=clock)
+def cache(reader: FakeClusterReader, clock: Clock) -> RegistryCache:
+    return RegistryCache(reader, ttl_s=5.0, clock=clock)
 
 
 async def test_resolves_default_and_explicit_versions(cache: RegistryCache) -> None:
@@ -61,60 +61,60 @@ async def test_not_found_errors(
 
 
 async def test_hits_are_served_from_memory_until_the_ttl(
-    cache: RegistryCache, redis: FakeRegistryRedis, clock: Clock
+    cache: RegistryCache, reader: FakeClusterReader, clock: Clock
 ) -> None:
     await cache.resolve("echo", "")
-    reads = redis.reads
+    reads = reader.reads
     await cache.resolve("echo", "")
-    assert redis.reads == reads
+    assert reader.reads == reads
     clock.now += 5.1
     await cache.resolve("echo", "")
-    assert redis.reads == reads + 2
+    assert reader.reads == reads + 2
 
 
-async def test_unknown_models_are_cached_too(cache: RegistryCache, redis: FakeRegistryRedis) -> None:
+async def test_unknown_models_are_cached_too(cache: RegistryCache, reader: FakeClusterReader) -> None:
     for _ in range(3):
         with pytest.raises(SluiceError):
             await cache.resolve("nope", "")
-    assert redis.reads == 1
+    assert reader.reads == 1
 
 
-async def test_invalidation_picks_up_a_new_default(cache: RegistryCache, redis: FakeRegistryRedis) -> None:
+async def test_invalidation_picks_up_a_new_default(cache: RegistryCache, reader: FakeClusterReader) -> None:
     await cache.resolve("echo", "")
-    redis.put(record(version="2.0"), default=True)
+    reader.put(record(version="2.0"), default=True)
     assert (await cache.resolve("echo", "")).version == "1.0"
     cache.invalidate("echo")
     assert (await cache.resolve("echo", "")).version == "2.0"
-    redis.put(record(version="1.0"), default=True)
+    reader.put(record(version="1.0"), default=True)
     cache.invalidate()
     assert (await cache.resolve("echo", "")).version == "1.0"
 
 
-async def test_concurrent_misses_share_one_load(cache: RegistryCache, redis: FakeRegistryRedis) -> None:
-    redis.gate = asyncio.Event()
+async def test_concurrent_misses_share_one_load(cache: RegistryCache, reader: FakeClusterReader) -> None:
+    reader.gate = asyncio.Event()
     calls = [asyncio.ensure_future(cache.resolve("echo", "")) for _ in range(10)]
     await asyncio.sleep(0)
-    redis.gate.set()
+    reader.gate.set()
     assert {r.version for r in await asyncio.gather(*calls)} == {"1.0"}
-    assert redis.reads == 2  # one model read, one record read
+    assert reader.reads == 2  # one model read, one record read
 
 
 async def test_a_load_that_raced_an_invalidation_is_not_stored(
-    cache: RegistryCache, redis: FakeRegistryRedis
+    cache: RegistryCache, reader: FakeClusterReader
 ) -> None:
-    redis.gate = asyncio.Event()
+    reader.gate = asyncio.Event()
     call = asyncio.ensure_future(cache.resolve("echo", ""))
-    await eventually(lambda: redis.reads == 1, interval_s=0)
+    await eventually(lambda: reader.reads == 1, interval_s=0)
     cache.invalidate("echo")
-    redis.gate.set()
+    reader.gate.set()
     await call
-    reads = redis.reads
+    reads = reader.reads
     await cache.resolve("echo", "")
-    assert redis.reads > reads
+    assert reader.reads > reads
 
 
-async def test_redis_down_is_unavailable(cache: RegistryCache, redis: FakeRegistryRedis) -> None:
-    redis.down = True
+async def test_a_broker_down_is_unavailable(cache: RegistryCache, reader: FakeClusterReader) -> None:
+    reader.down = True
     with pytest.raises(SluiceError) as caught:
         await cache.resolve("echo", "")
     assert caught.value.code is ErrorCode.UNAVAILABLE

@@ -1,13 +1,15 @@
 """Job admission on Redis (:class:`~.seam.JobAdmission`): a job enters its model version's job stream
 in one atomic round trip, and cancel flags are keys the workers look up.
 
-A job is admitted by one Lua script that checks the version and adds the entry (``enqueue.lua``),
-except a large one: a payload passed through Lua costs Redis two more copies of it (a 588 KiB image:
-~1.9 against ~0.9 CPU-ms per job), so a large job is added by a plain ``XADD`` and checked right
-after it in the same ``MULTI``/``EXEC`` (``admit_added.lua``, which deletes a refused entry before any
-reader sees it). For small jobs the transaction's extra commands cost more than the copies save.
-Both run on the gateway's pipelined hot-path connection: the enqueues of all the calls that arrived
-in one event-loop turn reach Redis in one write. EVALSHA falls back to EVAL after a Redis restart.
+A job is admitted by the admission rule that every caller shares (:mod:`sluice.admission`), through
+its script that checks the version and adds the entry, except a large one: a payload passed through
+Lua costs Redis two more copies of it (a 588 KiB image: ~1.9 against ~0.9 CPU-ms per job), so a large
+job is added by a plain ``XADD`` and checked right after it in the same ``MULTI``/``EXEC`` (the rule's
+other script, which deletes a refused entry before any reader sees it). For small jobs the
+transaction's extra commands cost more than the copies save. Both run on the gateway's pipelined
+hot-path connection: the enqueues of all the calls that arrived in one event-loop turn reach Redis in
+one write. EVALSHA falls back to EVAL after a Redis restart. A stateful model's jobs go through
+``enqueue_sequence.lua`` (its sequence's stream, held by one worker).
 """
 
 import asyncio
@@ -15,7 +17,8 @@ import hashlib
 from pathlib import Path
 from typing import Any, cast
 
-from sluice import keys
+from sluice import admission, keys
+from sluice.admission import Outcome
 from sluice.log import get_logger
 from sluice.pipelined_redis import Arg, PipelinedRedis
 from sluice.records import VersionRecord
@@ -25,10 +28,6 @@ from sluice_gateway.broker.seam import Admission, BrokerUnavailable, SequenceSte
 
 log = get_logger(__name__)
 
-_SCRIPT = Path(__file__).with_name("enqueue.lua").read_text()
-_SCRIPT_SHA = hashlib.sha1(_SCRIPT.encode()).hexdigest()
-# Sent with EVAL, never EVALSHA: inside EXEC a NOSCRIPT error would come after the XADD took effect.
-_ADMIT_ADDED_SCRIPT = Path(__file__).with_name("admit_added.lua").read_text()
 _SEQUENCE_SCRIPT = Path(__file__).with_name("enqueue_sequence.lua").read_text()
 _SEQUENCE_SCRIPT_SHA = hashlib.sha1(_SEQUENCE_SCRIPT.encode()).hexdigest()
 
@@ -36,11 +35,16 @@ _SEQUENCE_SCRIPT_SHA = hashlib.sha1(_SEQUENCE_SCRIPT.encode()).hexdigest()
 # (0.064 against 0.075 CPU-ms per job, pipelined); at 400 bytes it costs more (0.04 against 0.03).
 LARGE_JOB_BYTES = 8 * 1024
 
+# The admission rule's outcomes as the data plane knows them.
+_ADMISSIONS = {
+    Outcome.ADMITTED: Admission.ADMITTED,
+    Outcome.COLD: Admission.ADMITTED_COLD,
+    Outcome.NOT_FOUND: Admission.VERSION_GONE,
+    Outcome.NO_WORKER: Admission.NO_WORKER,
+    Outcome.QUEUE_FULL: Admission.QUEUE_FULL,
+}
 OUTCOMES = {
-    b"COLD": Admission.ADMITTED_COLD,
-    b"NOT_FOUND": Admission.VERSION_GONE,
-    b"NO_WORKER": Admission.NO_WORKER,
-    b"QUEUE_FULL": Admission.QUEUE_FULL,
+    **{name: _ADMISSIONS[outcome] for name, outcome in admission.NAMED.items()},
     b"CLOSED": Admission.SEQUENCE_CLOSED,
     b"START_REQUIRED": Admission.SEQUENCE_START_REQUIRED,
     b"LIMIT": Admission.SEQUENCE_LIMIT,
@@ -61,17 +65,16 @@ class RedisJobAdmission:
     async def enqueue(self, model: str, version: str, job: bytes) -> Admission:
         """Add ``job`` to the version's stream, or say why not; BrokerUnavailable when Redis does not
         answer (or answers with an error)."""
-        script_keys = [
-            keys.version_config(model, version),
-            keys.workers(model, version),
-            keys.job_stream(model, version),
-        ]
+        script_keys = admission.script_keys(model, version)
         try:
             if len(job) >= LARGE_JOB_BYTES:
                 outcome = await self._add_then_admit(script_keys, job)
             else:
                 outcome = await self._redis.evalsha(
-                    _SCRIPT_SHA, _SCRIPT, script_keys, [job, keys.EVENTS_CHANNEL]
+                    admission.ENQUEUE_SCRIPT_SHA,
+                    admission.ENQUEUE_SCRIPT,
+                    script_keys,
+                    [job, keys.EVENTS_CHANNEL],
                 )
         except ReplyError as exc:
             if str(exc).startswith("OOM"):  # maxmemory reached: as good as a full queue
@@ -111,12 +114,12 @@ class RedisJobAdmission:
         return admission_of(outcome)
 
     async def _add_then_admit(self, script_keys: list[str], job: bytes) -> object:
-        """``XADD`` then ``admit_added.lua`` in one transaction; the script's outcome."""
+        """``XADD`` then the rule's check of an added job in one transaction; the script's outcome."""
         send = self._redis.send
         replies = await asyncio.gather(
             send("MULTI"),
             send("XADD", script_keys[2], "*", "m", job),
-            send("EVAL", _ADMIT_ADDED_SCRIPT, len(script_keys), *script_keys, keys.EVENTS_CHANNEL),
+            send("EVAL", admission.ADMIT_ADDED_SCRIPT, len(script_keys), *script_keys, keys.EVENTS_CHANNEL),
             send("EXEC"),
             return_exceptions=True,
         )

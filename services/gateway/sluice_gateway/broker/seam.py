@@ -1,18 +1,21 @@
-"""What the data plane needs of the broker, and nothing of how it does it: a :class:`JobAdmission`
-that puts a job in its version's queue (or says why not) and flags abandoned jobs, and a
-:class:`ReplySource` that hands each job's replies to the call waiting for them.
+"""What the gateway needs of the broker, and nothing of how it does it: a :class:`JobAdmission` that
+puts a job in its version's queue (or says why not) and flags abandoned jobs, and a
+:class:`ReplySource` that hands each job's replies to the call waiting for them (the data plane's two
+seams); and a :class:`ClusterReader` for what the rest of the gateway reads off the hot path (the
+registry for the registry cache, health, readiness, metadata and metrics).
 
-The Redis implementations are :mod:`.redis_admission` and :mod:`.redis_replies`; the unit tests use
-in-memory ones. A broker that cannot be reached raises :class:`BrokerUnavailable`, never its client's
-own errors.
+The Redis implementations are :mod:`.redis_admission`, :mod:`.redis_replies` and
+:mod:`.redis_reader`; the unit tests use in-memory ones. A broker that cannot be reached raises
+:class:`BrokerUnavailable`, never its client's own errors.
 """
 
 import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from sluice.records import VersionRecord
+from sluice.records import StartupReport, VersionRecord, WorkerRecord
 
+from sluice_gateway.metrics.cluster import VersionStats
 from sluice_gateway.waiters import StreamWaiter, UnaryWaiter
 
 # What a client is told when the broker (the job queues and the registry in it) cannot be reached.
@@ -86,4 +89,38 @@ class ReplySource(Protocol):
 
     def forget(self, job_id: str) -> None:
         """Stop waiting for the job: its later replies are dropped."""
+        ...
+
+
+class ClusterReader(Protocol):
+    """The registry and the cluster's state, read off the hot path: each call is one read (or one
+    batch of reads) of the broker; :class:`BrokerUnavailable` when it does not answer. Records that
+    cannot be parsed raise ``ValueError``."""
+
+    async def model_names(self) -> list[str]:
+        """Every registered model, in name order."""
+        ...
+
+    async def model_versions(self, model: str) -> tuple[str | None, set[str]]:
+        """(default version, every version) of ``model``; (None, set()) when it is not registered."""
+        ...
+
+    async def version_record(self, model: str, version: str) -> VersionRecord | None:
+        """The version's record; None when it is not registered."""
+        ...
+
+    async def live_workers(self, model: str, version: str) -> list[WorkerRecord]:
+        """Workers of the version that announced themselves and whose heartbeat is alive."""
+        ...
+
+    async def startup_report(self) -> StartupReport | None:
+        """The manager's report on its startup models; None before a manager wrote one."""
+        ...
+
+    async def version_stats(self) -> list[VersionStats]:
+        """Every version's queue depth, live workers, batch sizes and autoscaling target, at once."""
+        ...
+
+    async def answers(self, timeout_s: float) -> bool:
+        """Whether the broker answers within ``timeout_s`` (never raises)."""
         ...

@@ -1,14 +1,14 @@
 """KServe v2 readiness: the server is ready once the manager finished its startup and every startup model
 has its minimum of live workers; a model version is ready while it has a live worker (and at least its
-``min_workers``). Policies are pure; :class:`RegistryReadiness` does the Redis reads."""
+``min_workers``). Policies are pure; :class:`RegistryReadiness` reads through the broker's
+:class:`~sluice_gateway.broker.seam.ClusterReader`."""
 
 from collections.abc import Mapping
 
-from sluice import keys, registry
-from sluice.control_redis import ControlRedis
 from sluice.log import get_logger
 from sluice.records import StartupReport
-from sluice.redis_errors import RedisError
+
+from sluice_gateway.broker.seam import BrokerUnavailable, ClusterReader
 
 log = get_logger(__name__)
 
@@ -27,21 +27,20 @@ def version_ready(min_workers: int, live_workers: int) -> bool:
 
 
 class RegistryReadiness:
-    def __init__(self, redis: ControlRedis) -> None:
-        self._redis = redis
+    def __init__(self, reader: ClusterReader) -> None:
+        self._reader = reader
 
     async def startup_models_ready(self) -> bool:
         try:
-            raw = await self._redis.get(keys.STARTUP_REPORT)
-            report = None if raw is None else StartupReport.from_json(raw)
+            report = await self._reader.startup_report()
             live: dict[tuple[str, str], int] = {}
             for model in report.models if report is not None else []:
-                workers = await registry.live_workers(self._redis, model.model_name, model.version)
+                workers = await self._reader.live_workers(model.model_name, model.version)
                 live[(model.model_name, model.version)] = len(workers)
-        except (RedisError, ValueError) as exc:
+        except (BrokerUnavailable, ValueError) as exc:
             log.warning("startup readiness unknown", error=str(exc))
             return False
         return startup_complete(report, live)
 
     async def live_workers(self, model: str, version: str) -> int:
-        return len(await registry.live_workers(self._redis, model, version))
+        return len(await self._reader.live_workers(model, version))

@@ -1,11 +1,10 @@
 """``GET /metrics`` on ``metrics_address``: Prometheus text format 0.0.4, ``?name[]=`` filtering, no
-token (as in TorchServe). If Redis does not answer, the gateway's own counters are still served."""
+token (as in TorchServe). If the broker does not answer, the gateway's own counters are still served."""
 
 from aiohttp import web
-from sluice.control_redis import ControlRedis
 from sluice.log import get_logger
-from sluice.redis_errors import RedisError
 
+from sluice_gateway.broker.seam import BrokerUnavailable, ClusterReader
 from sluice_gateway.metrics import cluster
 from sluice_gateway.metrics.exposition import CONTENT_TYPE, MetricFamily, render, select
 from sluice_gateway.metrics.inference import InferenceMetrics
@@ -14,9 +13,9 @@ log = get_logger(__name__)
 
 
 class MetricsRoutes:
-    def __init__(self, inference: InferenceMetrics, redis: ControlRedis) -> None:
+    def __init__(self, inference: InferenceMetrics, reader: ClusterReader) -> None:
         self._inference = inference
-        self._redis = redis
+        self._reader = reader
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get("/metrics", self.metrics)]
@@ -28,7 +27,7 @@ class MetricsRoutes:
 
     async def _cluster(self) -> list[MetricFamily]:
         try:
-            return cluster.families(await cluster.read_stats(self._redis))
-        except RedisError as exc:
+            return cluster.families(await self._reader.version_stats())
+        except BrokerUnavailable as exc:
             log.warning("cluster metrics unavailable: Redis unreachable", error=str(exc))
             return []

@@ -3,9 +3,9 @@
 from collections.abc import Sequence
 from typing import Any
 
-from sluice.control_redis import ControlRedis
 from sluice.http_listener import HttpListener, parse_address
 
+from sluice_gateway.broker.seam import ClusterReader
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
 from sluice_gateway.kserve.generate import GenerateRoutes
@@ -37,9 +37,9 @@ def inference_listener(
 
 
 def metrics_listener(
-    settings: GatewaySettings, inference: InferenceMetrics, redis: ControlRedis
+    settings: GatewaySettings, inference: InferenceMetrics, reader: ClusterReader
 ) -> HttpListener:
-    app = create_app(MetricsRoutes(inference, redis).routes(), max_request_size=settings.max_request_size)
+    app = create_app(MetricsRoutes(inference, reader).routes(), max_request_size=settings.max_request_size)
     return HttpListener(
         app, parse_address(settings.metrics_address), name="metrics", cancel_on_disconnect=True
     )

@@ -1,8 +1,9 @@
 """DescribeModel with ``customized=true``: a DESCRIBE job on the version's stream, answered by one of
 its workers with the handler's ``describe_handle`` output (TorchServe's customized metadata).
 
-The job is admitted like an inference job (one script: the version is active, has a worker, and its
-queue has room) and marked streaming, so that it runs alone and never joins a prediction batch. The
+The job is admitted like an inference job, by the one admission rule (:mod:`sluice.admission`): the
+version is active, has a worker or scales from zero (then the manager is asked for a worker), and its
+queue has room. It is marked streaming, so that it runs alone and never joins a prediction batch. The
 reply comes back on a stream of this call's own, which is deleted afterwards.
 """
 
@@ -12,7 +13,8 @@ import uuid
 from typing import Any, cast
 
 import redis.asyncio as aioredis
-from sluice import envelope, keys
+from sluice import admission, envelope, keys
+from sluice.admission import Outcome
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import VersionRecord
@@ -20,23 +22,27 @@ from sluice.redis_client import connect
 
 Json = dict[str, Any]
 
-_ADMIT = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'active' then return 'NOT_FOUND' end
-if redis.call('HLEN', KEYS[2]) == 0 then return 'NO_WORKER' end
-local limit = tonumber(redis.call('HGET', KEYS[1], 'job_queue_size'))
-if limit ~= nil and redis.call('XLEN', KEYS[3]) >= limit then return 'NO_WORKER' end
-return redis.call('XADD', KEYS[3], '*', 'm', ARGV[1])
-"""
 # Stream entry that creates the reply stream (workers reply with NOMKSTREAM).
 _PLACEHOLDER: dict[Any, Any] = {b"placeholder": b"1"}
 
 
-def no_worker(model: str) -> SluiceError:
+def no_worker(model: str, code: ErrorCode = ErrorCode.NO_WORKER) -> SluiceError:
+    """TorchServe's answer when the job is refused; its text is the same for a full queue (as for
+    inference), the code tells them apart."""
     return SluiceError(
-        ErrorCode.NO_WORKER,
+        code,
         f'Model "{model}" has no worker to serve describe request. '
         "Please use scale workers API to add workers.",
     )
+
+
+def refusal(model: str, outcome: Outcome) -> SluiceError | None:
+    """What a describe call whose job the rule did not admit is told (None: admitted)."""
+    if outcome is Outcome.QUEUE_FULL:
+        return no_worker(model, ErrorCode.QUEUE_FULL)
+    if outcome in (Outcome.NO_WORKER, Outcome.NOT_FOUND):
+        return no_worker(model)
+    return None
 
 
 def metadata(payload: bytes) -> Json:
@@ -52,7 +58,7 @@ class DescribeJobs:
     def __init__(self, redis: "aioredis.Redis", redis_url: str) -> None:
         self.redis = redis
         self._redis_url = redis_url
-        self._admit = redis.register_script(_ADMIT)
+        self._admit = redis.register_script(admission.ENQUEUE_SCRIPT)
 
     async def customized(self, record: VersionRecord, headers: dict[str, str], body: bytes) -> Json:
         model, version = record.model_name, record.version
@@ -63,13 +69,13 @@ class DescribeJobs:
         await self.redis.expire(reply_to, int(timeout_s) + 60)
         try:
             job = self._job(record, call_id, reply_to, headers, body, timeout_s)
-            admitted = await self._admit(
-                keys=[keys.version_config(model, version), keys.workers(model, version),
-                      keys.job_stream(model, version)],
-                args=[envelope.encode_job(job)],
-            )  # fmt: skip
-            if admitted in (b"NO_WORKER", b"NOT_FOUND"):
-                raise no_worker(model)
+            answer = await self._admit(
+                keys=admission.script_keys(model, version),
+                args=[envelope.encode_job(job), keys.EVENTS_CHANNEL],
+            )
+            refused = refusal(model, admission.outcome_of(answer))
+            if refused is not None:
+                raise refused
             return metadata(await self._await_reply(reply_to, first_id, timeout_s, model))
         finally:
             await self.redis.delete(reply_to)

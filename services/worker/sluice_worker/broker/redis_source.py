@@ -7,10 +7,10 @@ from typing import Any, TypeVar
 
 from sluice_worker.broker.job_stream import JobQueue
 from sluice_worker.broker.reclaim import Reclaimer
+from sluice_worker.broker.retries import REDIS_FAILED
 from sluice_worker.broker.source import BrokerUnavailable
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import Outgoing
-from sluice_worker.retries import REDIS_FAILED
 from sluice_worker.sequence_state import NO_STATES, StateUpdate
 
 T = TypeVar("T")

@@ -1,0 +1,63 @@
+"""The gateway's :class:`~.seam.ClusterReader` on Redis: registry and worker records through
+:mod:`sluice.registry` on the gateway's control connection, the metrics scrape through
+:mod:`.redis_stats`. Redis failures leave as :class:`~.seam.BrokerUnavailable`."""
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sluice import keys, registry
+from sluice.control_redis import ControlRedis
+from sluice.records import StartupReport, VersionRecord, WorkerRecord
+from sluice.redis_errors import RedisError
+
+from sluice_gateway.broker import redis_stats
+from sluice_gateway.broker.seam import BrokerUnavailable
+from sluice_gateway.metrics.cluster import VersionStats
+
+
+@contextmanager
+def _unavailable() -> Iterator[None]:
+    try:
+        yield
+    except RedisError as exc:
+        raise BrokerUnavailable(str(exc)) from exc
+
+
+class RedisClusterReader:
+    def __init__(self, redis: ControlRedis) -> None:
+        self._redis = redis
+
+    async def model_names(self) -> list[str]:
+        with _unavailable():
+            raw = await self._redis.zrange(keys.MODELS, 0, -1)
+        return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
+
+    async def model_versions(self, model: str) -> tuple[str | None, set[str]]:
+        with _unavailable():
+            return await registry.model_versions(self._redis, model)
+
+    async def version_record(self, model: str, version: str) -> VersionRecord | None:
+        with _unavailable():
+            return await registry.get_version(self._redis, model, version)
+
+    async def live_workers(self, model: str, version: str) -> list[WorkerRecord]:
+        with _unavailable():
+            return await registry.live_workers(self._redis, model, version)
+
+    async def startup_report(self) -> StartupReport | None:
+        with _unavailable():
+            raw = await self._redis.get(keys.STARTUP_REPORT)
+        return None if raw is None else StartupReport.from_json(raw)
+
+    async def version_stats(self) -> list[VersionStats]:
+        with _unavailable():
+            return await redis_stats.read_stats(self._redis)
+
+    async def answers(self, timeout_s: float) -> bool:
+        """Whether Redis answers a PING within ``timeout_s``."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return bool(await self._redis.ping())
+        except (RedisError, TimeoutError, OSError):
+            return False

@@ -1,0 +1,74 @@
+"""scripts/check_boundaries.py on a made-up tree: in the gateway and the worker only app.py and broker/
+import Redis (its clients, Sluice's clients or their errors, for type checking too); the manager and
+the shared package may."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_boundaries.py"
+GATEWAY = "services/gateway/sluice_gateway"
+WORKER = "services/worker/sluice_worker"
+
+
+def check(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), str(root)], capture_output=True, text=True)
+
+
+def tree(root: Path, files: dict[str, str]) -> Path:
+    for name, source in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    return root
+
+
+ALLOWED = {
+    f"{GATEWAY}/app.py": "from sluice.control_redis import ControlRedis\n",
+    f"{GATEWAY}/broker/redis_reader.py": "from sluice.redis_errors import RedisError\n",
+    # Shared modules that are handed a client are not clients.
+    f"{GATEWAY}/health.py": "from sluice import keys, registry\nfrom sluice_gateway.broker import seam\n",
+    f"{WORKER}/app.py": "import redis.asyncio as aioredis\nfrom sluice import redis_client\n",
+    f"{WORKER}/broker/sequences/source.py": "from redis.exceptions import RedisError\n",
+    "services/manager/sluice_manager/stores.py": "import redis.asyncio as aioredis\n",
+    "services/shared/sluice/registry.py": "from sluice.control_redis import ControlRedis\n",
+}
+
+
+def test_redis_in_app_and_broker_only_passes(tmp_path: Path) -> None:
+    result = check(tree(tmp_path, ALLOWED))
+    assert (result.returncode, result.stdout) == (0, "")
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "module"),
+    [
+        (f"{GATEWAY}/health.py", "from sluice.control_redis import ControlRedis\n", "sluice.control_redis"),
+        (f"{GATEWAY}/kserve/service.py", "from sluice import redis_errors\n", "sluice.redis_errors"),
+        (f"{GATEWAY}/metrics/cluster.py", "import sluice.pipelined_redis\n", "sluice.pipelined_redis"),
+        (f"{WORKER}/model_fetch.py", "import redis.asyncio as aioredis\n", "redis"),
+        (f"{WORKER}/retries.py", "from redis.exceptions import RedisError\n", "redis"),
+        (
+            f"{WORKER}/startup.py",
+            """\
+            from typing import TYPE_CHECKING
+
+            if TYPE_CHECKING:
+                from sluice.redis_client import connect
+            """,
+            "sluice.redis_client",
+        ),
+    ],
+)
+def test_a_redis_import_outside_broker_fails(tmp_path: Path, name: str, source: str, module: str) -> None:
+    result = check(tree(tmp_path, {**ALLOWED, name: source}))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [f"{name}: imports {module} (only app.py and broker/ may use Redis)"]
+
+
+def test_the_repository_passes() -> None:
+    result = check(SCRIPT.parents[1])
+    assert (result.returncode, result.stdout) == (0, "")
