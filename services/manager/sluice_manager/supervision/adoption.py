@@ -6,12 +6,12 @@ from sluice.log import get_logger
 from sluice.records import WorkerRecord
 
 from sluice_manager.supervision.launchers.base import Launcher, LaunchRecord, Placement
-from sluice_manager.supervision.worker_state import WorkerStateStore
+from sluice_manager.supervision.state_store import SupervisionStore
 
 log = get_logger(__name__)
 
 
-async def adopt(store: WorkerStateStore, launcher: Launcher) -> None:
+async def adopt(store: SupervisionStore, launcher: Launcher) -> None:
     """Take over the workers a previous manager started, and clean up after those that died
     meanwhile, so that a restart neither duplicates nor orphans workers."""
     launched = await store.launched()
@@ -26,7 +26,7 @@ async def adopt(store: WorkerStateStore, launcher: Launcher) -> None:
         await _adopt_unrecorded(store, launcher, set(launched))
 
 
-async def _adopt_unrecorded(store: WorkerStateStore, launcher: Launcher, known: set[str]) -> None:
+async def _adopt_unrecorded(store: SupervisionStore, launcher: Launcher, known: set[str]) -> None:
     """Workers that run without a launch record (a manager died between starting one and
     recording it): those the launcher sees itself (containers by their labels), and local ones
     that announced themselves. Adopted, they are reconciled like any other (a worker of a

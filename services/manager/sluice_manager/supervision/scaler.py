@@ -9,13 +9,13 @@ from sluice.records import VersionRecord
 
 from sluice_manager.supervision import autoscale
 from sluice_manager.supervision.autoscale import Signal, scaling_settings
-from sluice_manager.supervision.worker_state import AnnouncedWorker, WorkerStateStore
+from sluice_manager.supervision.state_store import AnnouncedWorker, ScalingStore
 
 log = get_logger(__name__)
 
 
 class Scaler:
-    def __init__(self, store: WorkerStateStore, clock: Callable[[], float]) -> None:
+    def __init__(self, store: ScalingStore, clock: Callable[[], float]) -> None:
         self.store = store
         self.clock = clock
 

@@ -6,11 +6,9 @@ import dataclasses
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import cast
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel
 from redis.exceptions import ResponseError
 from sluice import keys, registry
 from sluice.log import get_logger
@@ -19,32 +17,13 @@ from sluice.records import VersionRecord, VersionState, WorkerRecord
 from sluice_manager.supervision.autoscale import ScalingState, Signal
 from sluice_manager.supervision.launchers.base import LaunchRecord
 
+# The values that cross the seam (state_store) are defined there; imported from here too.
+from sluice_manager.supervision.state_store import AnnouncedWorker as AnnouncedWorker
+from sluice_manager.supervision.state_store import RegisteredVersion as RegisteredVersion
+from sluice_manager.supervision.state_store import RestartStreak as RestartStreak
+from sluice_manager.supervision.state_store import VersionKey as VersionKey
+
 log = get_logger(__name__)
-
-VersionKey = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class RegisteredVersion:
-    record: VersionRecord
-    active: bool
-
-
-@dataclass(frozen=True)
-class AnnouncedWorker:
-    record: WorkerRecord
-    heartbeat: bool
-
-
-class RestartStreak(BaseModel):
-    """Consecutive unexpected exits of a version's workers (reset when one of them is READY)."""
-
-    failures: int = 0
-    first_failure_unix_ms: int = 0
-    last_failure_unix_ms: int = 0
-    # The log of the worker that failed last ("" when its launcher keeps no log file): what
-    # `sluice start` shows when a startup model's workers keep failing.
-    last_failure_log: str = ""
 
 
 def _text(value: bytes | str) -> str:
@@ -74,6 +53,9 @@ def _version_field(model: str, version: str) -> str:
 
 
 class WorkerStateStore:
+    """The supervision state in Redis (:class:`~sluice_manager.supervision.state_store.SupervisionStore`),
+    and what the management views read of it."""
+
     def __init__(self, redis: "aioredis.Redis") -> None:
         self.redis = redis
 
