@@ -165,6 +165,21 @@ def test_scale_worker(clients: Clients) -> None:
     assert clients.call(
         "ScaleWorker", model_name="scaled", model_version="1.0", min_worker=1, synchronous=True
     ) == ("Workers scaled to 1 for model: scaled, version: 1.0")
+    # `timeout` (seconds; TorchServe ignores it) is honoured; 0 is proto3's unset, the default.
+    for timeout in (0, 5):
+        assert clients.call(
+            "ScaleWorker", model_name="scaled", min_worker=1, timeout=timeout, synchronous=True
+        ) == ("Workers scaled to 1 for model: scaled")
+    gpus = clients.error("ScaleWorker", model_name="scaled", min_worker=1, number_gpu=1)
+    assert (code(gpus), details(gpus).split(":")[0]) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "number_gpu is not supported",
+    )
+    negative = clients.error("ScaleWorker", model_name="scaled", min_worker=1, timeout=-2)
+    assert (code(negative), details(negative).split(".")[0]) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Invalid timeout: -2",
+    )
     inverted = clients.error("ScaleWorker", model_name="scaled", min_worker=3, max_worker=1)
     assert (code(inverted), details(inverted)) == (
         grpc.StatusCode.INVALID_ARGUMENT,

@@ -120,6 +120,16 @@ def test_scale_describe_and_versions(served: Stack) -> None:
     assert error_of(call(served, "PUT", "/models/noop?min_worker=3&max_worker=1")) == (
         400, "BadRequestException", "max_worker cannot be less than min_worker."
     )  # fmt: skip
+    # `timeout` (TorchServe ignores it): 0 stops the surplus worker at once. `number_gpu` is refused.
+    assert status_of(call(served, "PUT", "/models/noop?min_worker=1&synchronous=true&timeout=0")) == (
+        200, "Workers scaled to 1 for model: noop"
+    )  # fmt: skip
+    assert len(call(served, "GET", "/models/noop/1.0").json()[0]["workers"]) == 1
+    status, kind, message = error_of(call(served, "PUT", "/models/noop?min_worker=1&number_gpu=1"))
+    assert (status, kind) == (400, "BadRequestException")
+    assert message.startswith("number_gpu is not supported: ")
+    status, kind, message = error_of(call(served, "PUT", "/models/noop?min_worker=1&timeout=-3"))
+    assert (status, kind, message.split(".")[0]) == (400, "BadRequestException", "Invalid timeout: -3")
     assert error_of(call(served, "DELETE", "/models/noop/1.0")) == (
         403, "InvalidModelVersionException", "Cannot remove default version for model noop"
     )  # fmt: skip

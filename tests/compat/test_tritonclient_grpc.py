@@ -110,7 +110,7 @@ def test_health_and_server_metadata(client: grpcclient.InferenceServerClient) ->
     assert client.is_server_ready()
     metadata = client.get_server_metadata(as_json=True)
     assert metadata["name"] == "sluice"
-    assert metadata["extensions"] == ["model_configuration", "statistics", "parameters"]
+    assert metadata["extensions"] == ["model_configuration", "statistics", "parameters", "generate"]
     assert client.is_model_ready("add_one")
 
 

@@ -154,6 +154,39 @@ STREAMER_CONFIG = """
 """
 
 
+# A stand-in for a model behind Modular MAX's KServe gRPC client: the prompt arrives as the characters'
+# code points (INT32 `prompt`), the answer goes back the same way (INT32 `response`), at most
+# `max_tokens` (a string parameter) characters long.
+MAX_CHAT_HANDLER = _source("""
+    def handle(data, context):
+        if data is None:
+            return None
+        out = []
+        for row in data:
+            body = row["body"]
+            (prompt,) = [t for t in body["inputs"] if t["name"] == "prompt"]
+            text = "".join(chr(c) for c in prompt["data"])
+            limit = int(body.get("parameters", {}).get("max_tokens", "100"))
+            answer = f"You asked: {text}"[:limit]
+            codes = [ord(c) for c in answer]
+            response = {"name": "response", "datatype": "INT32", "shape": [len(codes)], "data": codes}
+            out.append({"outputs": [response]})
+        return out
+""")
+
+MAX_CHAT_CONFIG = """
+    sluice:
+      inputs:
+        - {name: prompt, datatype: INT32, shape: [-1]}
+      outputs:
+        - {name: response, datatype: INT32, shape: [-1]}
+"""
+
+
+def max_chat_model(name: str = "max_chat") -> ModelSpec:
+    return _spec(name, {"handler.py": MAX_CHAT_HANDLER}, MAX_CHAT_CONFIG)
+
+
 def add_one_model(name: str = "add_one") -> ModelSpec:
     return _spec(name, {"handler.py": ADD_ONE_HANDLER}, ADD_ONE_CONFIG)
 

@@ -59,6 +59,9 @@ class VersionRecord(Checked):
     scale_cooldown_ms: int = 10000
     job_queue_size: int = 100
     max_retry_timeout_s: int = 300
+    # How long a worker of the version asked to stop may take before it is killed (0: killed at
+    # once), as the last ScaleWorker's `timeout` set it; None: the manager's worker_stop_timeout_s.
+    stop_timeout_s: int | None = None
     # Deliveries of one job before it is dead-lettered (a job that keeps killing workers).
     max_deliveries: int = 3
     client_timeout_ms: int = 0

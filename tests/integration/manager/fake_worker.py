@@ -4,7 +4,9 @@
 ``python -m tests.integration.manager.fake_worker --model-name M --model-version V --worker-id ID
 [--torch-threads N] [--gpu-id N]`` with ``SLUICE_REDIS_URL`` set. It reads its version record; the
 record's ``model_yaml_config["fake"]`` tunes it: ``load_s`` (delay before READY), ``exit_code``
-(exit with it instead of announcing, a failed load), ``ttl_s`` / ``interval_s`` (heartbeat).
+(exit with it instead of announcing, a failed load), ``ttl_s`` / ``interval_s`` (heartbeat),
+``drain_s`` (how long a SIGTERM takes to end it: a worker finishing a long batch; more SIGTERMs are
+ignored meanwhile).
 Each start is appended to the list ``test:fake:<model>:<version>:starts`` (JSON). ``--standby`` waits
 for its assignment on stdin, as the real worker's does.
 SIGTERM: withdraw the record and heartbeat, exit 0.
@@ -79,6 +81,8 @@ def main() -> int:
             client.hset(keys.workers(model, version), worker_id, record.to_json())
             time.sleep(float(conf.get("interval_s", 0.2)))
     except _Stop:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(float(conf.get("drain_s", 0.0)))
         client.hdel(keys.workers(model, version), worker_id)
         client.delete(hb_key)
         print(f"fake worker {worker_id} stopped", flush=True)

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import random
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,6 +196,45 @@ async def test_scale_up_down_and_errors(api: Api) -> None:
     assert (unknown.code, unknown.message) == (ErrorCode.MODEL_NOT_FOUND, "Model not found: nope")
     version = await failure(api.service.scale(ScaleRequest("echo", "9.9", 1, 1)))
     assert version.message == "Model version: 9.9 does not exist for model: echo"
+
+
+async def test_scale_timeout_bounds_how_long_the_stopped_workers_may_drain(api: Api) -> None:
+    # Its workers take 60 s to end after SIGTERM; the harness's default stop timeout is 5 s.
+    await api.service.register(RegisterRequest(url=api.archive("slow", config=FAST + "  drain_s: 60\n")))
+    await api.service.scale(ScaleRequest("slow", None, 2, 2, synchronous=True))
+
+    async def scale_down(**options: int) -> float:
+        started = time.monotonic()
+        status = await api.service.scale(ScaleRequest("slow", None, 1, 1, synchronous=True, **options))
+        assert status.message == "Workers scaled to 1 for model: slow"
+        return time.monotonic() - started
+
+    async def stop_timeout() -> int | None:
+        record = await registry.get_version(api.redis, "slow", "1.0")
+        assert record is not None
+        return record.stop_timeout_s
+
+    took = await scale_down(stop_timeout_s=2)
+    assert 2.0 <= took < 4.5, f"killed after the scale's 2 s, not the default 5 s ({took:.2f} s)"
+    assert await stop_timeout() == 2
+    await api.service.scale(ScaleRequest("slow", None, 2, 2, synchronous=True))
+    assert await stop_timeout() is None, "a scale without timeout restores the default"
+    took = await scale_down(stop_timeout_s=0)
+    assert took < 2.0, f"timeout 0 stops the surplus worker at once ({took:.2f} s)"
+    assert await ready(api, "slow", "1.0", 1)
+
+    gpus = await failure(api.service.scale(ScaleRequest("slow", None, 1, 1, number_gpu=1)))
+    assert gpus.code is ErrorCode.INVALID_ARGUMENT
+    assert gpus.message.startswith("number_gpu is not supported: ")
+    negative = await failure(api.service.scale(ScaleRequest("slow", None, 1, 1, stop_timeout_s=-2)))
+    assert negative.code is ErrorCode.INVALID_ARGUMENT
+    assert negative.message.startswith("Invalid timeout: -2. ")
+    assert await stop_timeout() == 0, "a refused scale changes nothing"
+    # The version keeps its stop timeout: unregistering stops its last worker at once too.
+    started = time.monotonic()
+    await api.service.unregister("slow", None)
+    assert time.monotonic() - started < 4.0
+    assert not await api.harness.running()
 
 
 async def test_failing_workers_fail_a_synchronous_register_and_unregister_it(api: Api) -> None:

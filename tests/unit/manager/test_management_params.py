@@ -87,3 +87,23 @@ def test_scaled_message_names_the_version_only_when_asked() -> None:
     assert scaled_message("m", None, 2) == "Workers scaled to 2 for model: m"
     assert scaled_message("m", "2.0", 2) == "Workers scaled to 2 for model: m, version: 2.0"
     assert ScaleRequest("m", None, 1, 1).synchronous is False
+
+
+@pytest.mark.parametrize(("timeout", "expected"), [(0, None), (-1, None), (7, 7), (-5, -5)])
+def test_grpc_scale_timeout_zero_is_unset_as_every_proto3_int(timeout: int, expected: int | None) -> None:
+    # -5 reaches the domain, which refuses it.
+    request = scale_request(pb.ScaleWorkerRequest(model_name="m", timeout=timeout, number_gpu=2))
+    assert (request.stop_timeout_s, request.number_gpu) == (expected, 2)
+
+
+def test_rest_scale_query_defaults_timeout_and_number_gpu() -> None:
+    assert params.scale_from_query("m", None, {}) == ScaleRequest("m", None, 1, 1)
+    request = params.scale_from_query(
+        "m", "2.0", {"min_worker": "2", "synchronous": "true", "timeout": "0", "number_gpu": "1"}
+    )
+    assert request == ScaleRequest("m", "2.0", 2, 2, synchronous=True, stop_timeout_s=0, number_gpu=1)
+    # -1, like an absent or unparsable timeout, is the manager's default.
+    for query in ({"timeout": "-1"}, {"timeout": "soon"}):
+        assert params.scale_from_query("m", None, query).stop_timeout_s is None
+    assert params.scale_from_query("m", None, {"timeout": "30"}).stop_timeout_s == 30
+    assert params.scale_from_query("m", None, {"model_version": "3.0"}).version == "3.0"

@@ -107,6 +107,17 @@ def test_a_worker_told_to_stop_is_not_counted_and_killed_past_the_stop_timeout()
     assert decide(desired(1), [overdue], TIMING) == Actions(start=1, kill=("9000",))
 
 
+def test_the_versions_own_stop_timeout_replaces_the_default() -> None:
+    # ScaleWorker's `timeout`: 2 s instead of Timing's 30 s, 0 at once (its stop was a kill already).
+    two_s = Desired(1, 120.0, stop_timeout_s=2.0)
+    assert decide(two_s, [ready("9000", stopping_s=1.0)], TIMING) == Actions(start=1)
+    assert decide(two_s, [ready("9000", stopping_s=2.0)], TIMING) == Actions(start=1, kill=("9000",))
+    at_once = Desired(1, 120.0, stop_timeout_s=0.0)
+    assert decide(at_once, [ready("9000", stopping_s=0.0)], TIMING) == Actions(start=1, kill=("9000",))
+    longer = Desired(1, 120.0, stop_timeout_s=60.0)
+    assert decide(longer, [ready("9000", stopping_s=45.0)], TIMING) == Actions(start=1)
+
+
 def test_unloading_workers_are_left_alone() -> None:
     assert decide(desired(1), [ready("9000", phase=Phase.UNLOADING)], TIMING) == Actions(start=1)
 

@@ -9,21 +9,21 @@ bytes. Triton's sequence parameters route a stateful model's request to its sequ
 sees TorchServe's sequence headers instead of them).
 """
 
+import dataclasses
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sluice import keys, names, registry
-from sluice.control_redis import ControlRedis
+from sluice import names
 from sluice.envelope import Reply, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import VersionRecord
-from sluice.redis_errors import RedisError
 
-from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE
+from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE, BrokerUnavailable, ClusterReader
 from sluice_gateway.dataplane import DataPlane, InferenceCall
 from sluice_gateway.inflight import PendingJob, StreamJob
+from sluice_gateway.kserve import max_form
 from sluice_gateway.kserve.grpc_wire import without_parameters
 from sluice_gateway.kserve.metadata import EXTENSIONS, SERVER_NAME, ModelConfigView, ModelMetadata
 from sluice_gateway.kserve.metadata import model_config as build_model_config
@@ -43,6 +43,9 @@ from sluice_gateway.sequences import correlation_id_required
 T = TypeVar("T")
 
 DECOUPLED_UNARY_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+# A KServe model_version that names the default version when the model has no version of that name:
+# Modular MAX numbers a model's only version "0", and its clients ask for it by that number.
+DEFAULT_VERSION_ALIAS = "0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,7 @@ class KServeService:
         self,
         plane: DataPlane,
         resolver: VersionResolver,
-        redis: ControlRedis,
+        reader: ClusterReader,
         *,
         gateway_ready: Callable[[], Awaitable[bool]],
         version: str,
@@ -126,8 +129,8 @@ class KServeService:
     ) -> None:
         self._plane = plane
         self._resolver = resolver
-        self._redis = redis
-        self._readiness = RegistryReadiness(redis)
+        self._reader = reader
+        self._readiness = RegistryReadiness(reader)
         self._gateway_ready = gateway_ready
         self._version = version
         self.stats = stats if stats is not None else InferenceStats()
@@ -144,12 +147,12 @@ class KServeService:
 
     async def model_ready(self, model: str, version: str) -> bool:
         record = await self.record(model, version)
-        live = await self._redis_call(self._readiness.live_workers(record.model_name, record.version))
+        live = await self._broker_call(self._readiness.live_workers(record.model_name, record.version))
         return version_ready(record.min_workers, live)
 
     async def model_metadata(self, model: str, version: str) -> ModelMetadata:
         record = await self.record(model, version)
-        _default, versions = await self._redis_call(registry.model_versions(self._redis, record.model_name))
+        _default, versions = await self._broker_call(self._reader.model_versions(record.model_name))
         return build_model_metadata(record, versions or {record.version})
 
     async def model_config(self, model: str, version: str) -> ModelConfigView:
@@ -160,7 +163,27 @@ class KServeService:
         A version string that cannot be a version name is INVALID_ARGUMENT."""
         if version and not names.is_valid(version):
             raise invalid_version(model)
-        return await self._resolver.resolve(names.check_model_name(model), version)
+        model = names.check_model_name(model)
+        return await self._resolver.resolve(model, await self._resolved_name(model, version))
+
+    async def _resolved_name(self, model: str, version: str) -> str:
+        """The version a KServe request for ``model``/``version`` runs on: as named, except
+        :data:`DEFAULT_VERSION_ALIAS`, which is the default version ("") unless the model has a version
+        of that name. Every KServe call (gRPC and REST) resolves its version through here."""
+        if version != DEFAULT_VERSION_ALIAS:
+            return version
+        try:
+            await self._resolver.resolve(names.check_model_name(model), version)
+        except SluiceError as error:
+            if error.code is ErrorCode.VERSION_NOT_FOUND:
+                return ""
+            raise
+        return version
+
+    async def _with_version(self, request: KServeRequest) -> KServeRequest:
+        """``request`` naming the version :meth:`_resolved_name` chooses."""
+        version = await self._resolved_name(request.model, request.version)
+        return request if version == request.version else dataclasses.replace(request, version=version)
 
     # Inference -----------------------------------------------------------------------------------
     async def infer(
@@ -176,8 +199,10 @@ class KServeService:
         A decoupled model is refused with ``decoupled_refusal`` (its answer is a stream; None: taken),
         unless it is generative: the job is ``final_only``, so its worker joins the chunks into the
         final reply."""
+        request, raw = max_form.complete(request, raw)
         options = request_options(request.parameters)
         _check_version_name(request)
+        request = await self._with_version(request)
         admission = self._admission(request, raw, options, timeout_s, decoupled_refusal=decoupled_refusal)
         job = await self._plane.submit(admission.call)
         started_ns, ok = time.monotonic_ns(), False
@@ -192,7 +217,9 @@ class KServeService:
     async def open_stream(self, request: KServeRequest, raw: bytes, timeout_s: float | None) -> KServeStream:
         """Admit one request of a streaming rpc. A decoupled model's job streams (runs alone, every
         intermediate result is a response); any other model's job may share a batch and answers once."""
+        request, raw = max_form.complete(request, raw)
         options = request_options(request.parameters)
+        request = await self._with_version(request)
         decoupled = (await self.record(request.model, request.version)).tensors.decoupled
         admission = self._admission(request, raw, options, timeout_s, stream_in_batch=not decoupled)
         job = await self._plane.submit_stream(admission.call)
@@ -259,10 +286,10 @@ class KServeService:
         entries = []
         for name in await self._model_names():
             for version in sorted(await self._versions(name)):
-                record = await self._redis_call(registry.get_version(self._redis, name, version))
+                record = await self._broker_call(self._reader.version_record(name, version))
                 if record is None:
                     continue
-                live = await self._redis_call(self._readiness.live_workers(name, version))
+                live = await self._broker_call(self._readiness.live_workers(name, version))
                 ready = version_ready(record.min_workers, live)
                 if ready or not ready_only:
                     reason = "" if ready else f"{live} live worker(s), {max(1, record.min_workers)} needed"
@@ -271,20 +298,19 @@ class KServeService:
 
     async def _versions(self, model: str) -> set[str]:
         names.check_model_name(model)
-        _default, versions = await self._redis_call(registry.model_versions(self._redis, model))
+        _default, versions = await self._broker_call(self._reader.model_versions(model))
         if not versions:
             raise model_not_found(model)
         return versions
 
     async def _model_names(self) -> list[str]:
-        raw = await self._redis_call(self._redis.zrange(keys.MODELS, 0, -1))
-        return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
+        return await self._broker_call(self._reader.model_names())
 
     @staticmethod
-    async def _redis_call(call: Awaitable[T]) -> T:
+    async def _broker_call(call: Awaitable[T]) -> T:
         try:
             return await call
-        except RedisError as exc:
+        except BrokerUnavailable as exc:
             raise SluiceError(ErrorCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
 
 

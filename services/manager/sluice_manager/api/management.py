@@ -43,6 +43,12 @@ ALL_VERSIONS = "all"
 PROCESSING = "Processing worker updates..."
 SCALING_IN_PROGRESS = "Workers scaling in progress..."
 RUNTIMES = frozenset({"python", "python3", "LSP"})
+# Placement gives every worker of a version one GPU of its host when it has any (model-config.yaml
+# deviceType `cpu` opts out); a count of GPUs per scale call has nothing to map to.
+NUMBER_GPU_REFUSED = (
+    "number_gpu is not supported: each worker uses one GPU of its host when there is one "
+    "(model-config.yaml deviceType: cpu keeps a model off GPUs); leave number_gpu out or send 0"
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,12 @@ class ScaleRequest:
     min_workers: int
     max_workers: int
     synchronous: bool = False
+    # TorchServe's `timeout`: seconds the workers this scale stops may take to drain before they are
+    # killed (0: stopped at once); None (-1 or absent): the manager's worker_stop_timeout_s. Kept on the
+    # version until the next ScaleWorker, so autoscaling and unregistering stop its workers alike.
+    stop_timeout_s: int | None = None
+    # TorchServe's `number_gpu` (which TorchServe 0.12 ignores): only 0 is accepted (see NUMBER_GPU_REFUSED).
+    number_gpu: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,13 @@ def check_runtime(runtime: str | None) -> None:
         raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid RuntimeType value: {runtime}")
     if runtime == "LSP":
         raise SluiceError(ErrorCode.INVALID_ARGUMENT, "Runtime LSP is not supported by Sluice")
+
+
+def invalid_timeout(timeout_s: int) -> str:
+    return (
+        f"Invalid timeout: {timeout_s}. Use -1 (the default stop timeout), 0 (stop workers at once) or the "
+        "seconds workers may take to stop before they are killed"
+    )
 
 
 def scaled_message(model: str, version: str | None, workers: int) -> str:
@@ -175,8 +194,14 @@ class ManagementService:
             raise SluiceError(ErrorCode.INVALID_ARGUMENT, "min_worker cannot be negative.")
         if request.max_workers < request.min_workers:
             raise SluiceError(ErrorCode.INVALID_ARGUMENT, "max_worker cannot be less than min_worker.")
+        if request.number_gpu:
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, NUMBER_GPU_REFUSED)
+        if request.stop_timeout_s is not None and request.stop_timeout_s < 0:
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, invalid_timeout(request.stop_timeout_s))
         chosen = await self._resolve(model, request.version or "")
-        updated = await self._set_workers(model, chosen, request.min_workers, request.max_workers)
+        updated = await self._set_workers(
+            model, chosen, request.min_workers, request.max_workers, request.stop_timeout_s
+        )
         self._wake()
         if not request.synchronous:
             if request.max_workers == 0:
@@ -190,15 +215,20 @@ class ManagementService:
             raise failed_to_start(model, chosen)
         return Status(SCALING_IN_PROGRESS, 206)
 
-    async def _set_workers(self, model: str, version: str, low: int, high: int) -> VersionRecord:
-        """Store the version's new worker range (the reconcile loop applies it) and reset its restart
-        backoff, under the model's lock."""
+    async def _set_workers(
+        self, model: str, version: str, low: int, high: int, stop_timeout_s: int | None
+    ) -> VersionRecord:
+        """Store the version's new worker range and stop timeout (the reconcile loop applies them) and
+        reset its restart backoff, under the model's lock."""
         async with self.stores.locks.hold(model, wait_s=self.config.lock_wait_s):
             record = await self._active_record(model, version)
-            updated = dataclasses.replace(record, min_workers=low, max_workers=high)
+            updated = dataclasses.replace(
+                record, min_workers=low, max_workers=high, stop_timeout_s=stop_timeout_s
+            )
             await self.stores.workers.clear_streak(model, version)
             await self.registry.update(updated, "scaled")
-        log.info("model scaled", model=model, version=version, min_workers=low, max_workers=high)
+        log.info("model scaled", model=model, version=version, min_workers=low, max_workers=high,
+                 stop_timeout_s=stop_timeout_s)  # fmt: skip
         return updated
 
     async def set_default(self, model: str, version: str) -> Status:

@@ -53,6 +53,8 @@ class Desired:
     startup_timeout_s: float
     # False once the version is unregistered (or being removed): every worker goes.
     active: bool = True
+    # The version's own stop timeout (ScaleWorker's `timeout`; 0: at once); None: Timing's.
+    stop_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,8 @@ def _classify(worker: ObservedWorker, desired: Desired, timing: Timing) -> _Verd
     if worker.state is RunState.EXITED:
         return _Verdict.FORGET
     if worker.stopping_s is not None:
-        return _Verdict.KILL if worker.stopping_s >= timing.stop_timeout_s else _Verdict.IGNORE
+        limit_s = timing.stop_timeout_s if desired.stop_timeout_s is None else desired.stop_timeout_s
+        return _Verdict.KILL if worker.stopping_s >= limit_s else _Verdict.IGNORE
     if worker.phase is Phase.UNLOADING:
         return _Verdict.IGNORE
     if worker.phase is Phase.READY or worker.was_ready:

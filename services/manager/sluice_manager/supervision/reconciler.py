@@ -38,7 +38,12 @@ from sluice_manager.supervision.policy import (
     restart_delay_s,
 )
 from sluice_manager.supervision.scaler import Scaler
-from sluice_manager.supervision.worker_state import AnnouncedWorker, RegisteredVersion, WorkerStateStore
+from sluice_manager.supervision.state_store import (
+    AnnouncedWorker,
+    RegisteredVersion,
+    SupervisionStore,
+    VersionKey,
+)
 from sluice_manager.waiting import wait_any
 
 log = get_logger(__name__)
@@ -48,7 +53,6 @@ _PHASES = {
     WorkerStatus.READY: Phase.READY,
     WorkerStatus.UNLOADING: Phase.UNLOADING,
 }
-VersionKey = tuple[str, str]
 # The workers a launcher that reports no cores (external) may hold: no bound.
 UNBOUNDED = 1_000_000
 # Default worker slots per core: a worker's torch threads share the cores, and handlers that wait
@@ -70,7 +74,7 @@ class ReconcilerConfig:
 class Reconciler:
     def __init__(
         self,
-        store: WorkerStateStore,
+        store: SupervisionStore,
         launcher: Launcher,
         config: ReconcilerConfig,
         *,
@@ -168,6 +172,9 @@ class Reconciler:
             if version.active
         }
         planned = sum(wanted.values())
+        # One list for the whole pass: a worker started for one version holds its GPU when the next
+        # version's workers are placed.
+        everywhere = list(launched.values())
         for key, workers in announced.items():
             registered = versions.get(key)
             desired = self._desired(registered, wanted.get(key, 0))
@@ -179,7 +186,7 @@ class Reconciler:
                 workers,
                 states,
                 planned,
-                list(launched.values()),
+                everywhere,
             )
 
     def _slots(self, capacity: Capacity) -> int:
@@ -190,7 +197,8 @@ class Reconciler:
     def _desired(self, registered: RegisteredVersion | None, wanted: int) -> Desired:
         if registered is None:
             return Desired(0, startup_timeout_s=0, active=False)
-        return Desired(wanted, registered.record.startup_timeout_s, registered.active)
+        record = registered.record
+        return Desired(wanted, record.startup_timeout_s, registered.active, record.stop_timeout_s)
 
     async def _reconcile_version(
         self,
@@ -304,17 +312,19 @@ class Reconciler:
                 bound.warning("killing unresponsive worker", worker=worker_id)
                 await self.launcher.stop(worker_id, graceful=False)
         for worker_id in actions.stop:
-            await self._request_stop(worker_id)
+            # A version whose stop timeout is 0 (ScaleWorker's `timeout=0`) has its workers stopped at once.
+            await self._request_stop(worker_id, graceful=record is None or record.stop_timeout_s != 0)
         if actions.start and record is not None:
             await self._start(record, actions.start, planned, everywhere)
 
-    async def _request_stop(self, worker_id: str) -> None:
+    async def _request_stop(self, worker_id: str, *, graceful: bool = True) -> None:
         record = await self.store.launched_one(worker_id)
         if record is not None and not record.stop_requested_unix_ms:
             stamped = record.model_copy(update={"stop_requested_unix_ms": int(self.clock() * 1000)})
             await self.store.put_launched(stamped)
-            log.info("stopping worker", model=record.model_name, version=record.version, worker=worker_id)
-        await self.launcher.stop(worker_id, graceful=True)
+            log.info("stopping worker", model=record.model_name, version=record.version, worker=worker_id,
+                     graceful=graceful)  # fmt: skip
+        await self.launcher.stop(worker_id, graceful=graceful)
 
     async def _start(
         self, record: VersionRecord, count: int, planned: int, everywhere: list[LaunchRecord]

@@ -56,6 +56,10 @@ def scale_request(request: pb.ScaleWorkerRequest) -> ScaleRequest:
         min_workers=low,
         max_workers=high,
         synchronous=request.synchronous,
+        # 0 is proto3's "unset" here, as for every int of these messages: the default stop timeout
+        # (an immediate stop needs REST's timeout=0); -1 is the default too.
+        stop_timeout_s=None if request.timeout in (0, -1) else request.timeout,
+        number_gpu=request.number_gpu,
     )
 
 

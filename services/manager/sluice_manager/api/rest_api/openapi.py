@@ -140,6 +140,13 @@ _SCALE_PARAMS = [
     _param("min_worker", "query", _INT, "Minimum workers (default 1)."),
     _param("max_worker", "query", _INT, "Maximum workers (default min_worker)."),
     _param("synchronous", "query", _BOOL, "Wait until the workers are READY (default false)."),
+    _param(
+        "timeout",
+        "query",
+        _INT,
+        "Seconds the workers it stops may take to drain before they are killed (0: at once; -1: default).",
+    ),
+    _param("number_gpu", "query", _INT, "Only 0: each worker uses one GPU when its host has any."),
 ]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from sluice.errors import ErrorCode, SluiceError
 
-from sluice_manager.api.management import RegisterRequest
+from sluice_manager.api.management import RegisterRequest, ScaleRequest
 
 INT_MAX = 2**31 - 1
 
@@ -37,6 +37,23 @@ def integer(query: Mapping[str, str], key: str, default: int) -> int:
 def boolean(query: Mapping[str, str], key: str, default: bool) -> bool:
     value = query.get(key)
     return default if value is None else value.strip().lower() == "true"
+
+
+def scale_from_query(model: str, version: str | None, query: Mapping[str, str]) -> ScaleRequest:
+    """``PUT /models/{m}[/{v}]``: ``min_worker`` defaults to 1, ``max_worker`` to ``min_worker``,
+    ``synchronous`` to false; ``timeout`` (seconds) 0 stops the workers at once, -1 (or absent) is the
+    manager's default stop timeout; ``number_gpu`` defaults to 0."""
+    low = integer(query, "min_worker", 1)
+    timeout = integer(query, "timeout", -1)
+    return ScaleRequest(
+        model_name=model,
+        version=version or text(query, "model_version"),
+        min_workers=low,
+        max_workers=integer(query, "max_worker", low),
+        synchronous=boolean(query, "synchronous", False),
+        stop_timeout_s=None if timeout == -1 else timeout,
+        number_gpu=integer(query, "number_gpu", 0),
+    )
 
 
 def _unset_if_not_positive(value: int | None) -> int | None:

@@ -8,7 +8,7 @@ from aiohttp import hdrs, web
 from sluice import names
 from sluice.torchserve_http import json_response, status_response
 
-from sluice_manager.api.management import ManagementService, ScaleRequest
+from sluice_manager.api.management import ManagementService
 from sluice_manager.api.rest_api import params
 from sluice_manager.api.rest_api.openapi import api_description
 
@@ -89,14 +89,8 @@ class ManagementRoutes:
         return json_response(entries)
 
     async def scale(self, request: web.Request) -> web.Response:
-        query = request.query
-        low = params.integer(query, "min_worker", 1)
-        scale = ScaleRequest(
-            model_name=request.match_info["model"],
-            version=request.match_info.get("version") or params.text(query, "model_version"),
-            min_workers=low,
-            max_workers=params.integer(query, "max_worker", low),
-            synchronous=params.boolean(query, "synchronous", False),
+        scale = params.scale_from_query(
+            request.match_info["model"], request.match_info.get("version"), request.query
         )
         status = await self._service.scale(scale)
         return status_response(status.message, status.http_status)

@@ -40,14 +40,21 @@ def start_time(pid: int) -> float:
 
 def find(pid: int, started: float | None, marker: str) -> psutil.Process | None:
     """The live process ``pid`` if it is the one that was recorded (same start time, ``marker`` in its
-    command line); None if it is gone, a zombie, or the pid now belongs to someone else."""
+    command line); None if it is gone, a zombie, or the pid now belongs to someone else.
+
+    A process still inside its exec shows an empty command line (the kernel sets the arguments last,
+    after ``Popen`` has returned; up to tens of ms under load): with a recorded start time, which
+    already tells it is the same process, that is not a mismatch."""
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return None
         if started is not None and abs(process.create_time() - started) > START_TIME_TOLERANCE_S:
             return None
-        if marker not in process.cmdline():
+        command_line = process.cmdline()
+        if not command_line and started is not None:
+            return process
+        if marker not in command_line:
             return None
         return process
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
