@@ -1,7 +1,7 @@
 """Architecture boundaries, checked rather than hoped for:
 services never import each other; only the worker imports torch or TorchServe's ``ts`` package;
 ``sluice.errors`` imports no transport; in the gateway and the worker only ``app.py`` (the wiring) and
-``broker/`` import Redis.
+``broker/`` import Redis; the manager's layers import downward only (:data:`MANAGER_LAYERS`).
 
 "Redis", for that rule, is any module of the Redis client libraries (``redis``, ``hiredis``) and of
 Sluice's own clients and their errors (:data:`REDIS_MODULES`), whether imported at run time or for
@@ -34,6 +34,8 @@ REDIS_MODULES = (
 )
 # Services whose Redis stays behind their broker/ package (and the app.py that wires it).
 BROKER_ONLY = {"sluice_gateway", "sluice_worker"}
+# The manager's packages, top first: each may import those below it, never one above.
+MANAGER_LAYERS = ("api", "operations", "models", "stores")
 
 
 def imported_names(path: Path) -> set[str]:
@@ -64,6 +66,17 @@ def may_import_redis(package: str, relative: Path) -> bool:
     return relative.as_posix() == "app.py" or relative.parts[0] == "broker"
 
 
+def upward_imports(package: str, relative: Path, names: set[str]) -> list[str]:
+    """The manager layers above the one ``relative`` (a path inside its package) is in that ``names``
+    import."""
+    if package != "sluice_manager" or relative.parts[0] not in MANAGER_LAYERS:
+        return []
+    above = [f"sluice_manager.{layer}" for layer in MANAGER_LAYERS[: MANAGER_LAYERS.index(relative.parts[0])]]
+    return [
+        module for module in above if any(name == module or name.startswith(f"{module}.") for name in names)
+    ]
+
+
 def violations(root: Path) -> list[str]:
     found: list[str] = []
     for package, folder in SERVICES.items():
@@ -81,9 +94,14 @@ def violations(root: Path) -> list[str]:
                     found.append(f"{shown}: imports {name} (only the worker may)")
             if path.name == "errors.py" and package == "sluice" and roots & {"grpc", "aiohttp"}:
                 found.append(f"{shown}: sluice.errors must not import a transport")
-            if not may_import_redis(package, path.relative_to(root / folder)):
+            relative = path.relative_to(root / folder)
+            if not may_import_redis(package, relative):
                 for module in redis_imports(names):
                     found.append(f"{shown}: imports {module} (only app.py and broker/ may use Redis)")
+            found.extend(
+                f"{shown}: imports {module} (manager layers import downward only)"
+                for module in upward_imports(package, relative, names)
+            )
     return found
 
 

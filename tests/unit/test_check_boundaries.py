@@ -1,6 +1,7 @@
 """scripts/check_boundaries.py on a made-up tree: in the gateway and the worker only app.py and broker/
 import Redis (its clients, Sluice's clients or their errors, for type checking too); the manager and
-the shared package may."""
+the shared package may. The manager's layers (api -> operations -> models -> stores) import downward
+only."""
 
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_boundaries.py"
 GATEWAY = "services/gateway/sluice_gateway"
 WORKER = "services/worker/sluice_worker"
+MANAGER = "services/manager/sluice_manager"
 
 
 def check(root: Path) -> subprocess.CompletedProcess[str]:
@@ -33,7 +35,12 @@ ALLOWED = {
     f"{GATEWAY}/health.py": "from sluice import keys, registry\nfrom sluice_gateway.broker import seam\n",
     f"{WORKER}/app.py": "import redis.asyncio as aioredis\nfrom sluice import redis_client\n",
     f"{WORKER}/broker/sequences/source.py": "from redis.exceptions import RedisError\n",
-    "services/manager/sluice_manager/stores.py": "import redis.asyncio as aioredis\n",
+    f"{MANAGER}/stores/__init__.py": "import redis.asyncio as aioredis\n",
+    # Downward, and from outside the layers (the wiring) to any of them.
+    f"{MANAGER}/api/management.py": "from sluice_manager.operations.task_client import TaskClient\n",
+    f"{MANAGER}/operations/op_runner.py": "from sluice_manager.models import registration\n",
+    f"{MANAGER}/models/registration.py": "from sluice_manager.stores.operations import Operation\n",
+    f"{MANAGER}/app.py": "from sluice_manager.api import management\nimport sluice_manager.stores\n",
     "services/shared/sluice/registry.py": "from sluice.control_redis import ControlRedis\n",
 }
 
@@ -67,6 +74,28 @@ def test_a_redis_import_outside_broker_fails(tmp_path: Path, name: str, source: 
     result = check(tree(tmp_path, {**ALLOWED, name: source}))
     assert result.returncode == 1
     assert result.stdout.splitlines() == [f"{name}: imports {module} (only app.py and broker/ may use Redis)"]
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "layer"),
+    [
+        (
+            f"{MANAGER}/models/registration.py",
+            "from sluice_manager.operations.task_client import TaskClient\n",
+            "operations",
+        ),
+        (f"{MANAGER}/stores/queued_jobs.py", "from sluice_manager.models import archives\n", "models"),
+        (f"{MANAGER}/operations/op_runner.py", "import sluice_manager.api.management\n", "api"),
+    ],
+)
+def test_an_upward_import_between_manager_layers_fails(
+    tmp_path: Path, name: str, source: str, layer: str
+) -> None:
+    result = check(tree(tmp_path, {**ALLOWED, name: source}))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"{name}: imports sluice_manager.{layer} (manager layers import downward only)"
+    ]
 
 
 def test_the_repository_passes() -> None:

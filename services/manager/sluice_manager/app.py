@@ -22,12 +22,10 @@ from sluice.redis_url import redacted
 
 from sluice_manager.api.management_api import ApiSeams, ManagementApi
 from sluice_manager.api.security import ManagerSecurity, manager_security, warn_exposure
-from sluice_manager.models.archives import ExtractionLimits
 from sluice_manager.models.artifact_server import ArtifactServer
-from sluice_manager.models.control_plane import ControlPlane, ControlPlaneConfig
 from sluice_manager.models.load_models import startup_specs
+from sluice_manager.models.registration import Registrar, RegistrationConfig, registration_config
 from sluice_manager.models.startup import load_startup_models, remove_unused_model_dirs
-from sluice_manager.models.version_config import ServerDefaults, parse_models_json
 from sluice_manager.settings import ManagerSettings
 from sluice_manager.stores import Stores
 from sluice_manager.supervision.cluster import cluster_id
@@ -49,30 +47,11 @@ class ConfigError(Exception):
     """A setting that makes starting pointless; reported as one line, without a traceback."""
 
 
-def control_config(settings: ManagerSettings) -> ControlPlaneConfig:
+def checked_registration_config(settings: ManagerSettings) -> RegistrationConfig:
     try:
-        models_json = parse_models_json(settings.models)
+        return registration_config(settings)
     except ValueError as exc:
         raise ConfigError(f"invalid `models` setting: {exc}") from None
-    return ControlPlaneConfig(
-        model_store=settings.model_store.absolute() if settings.model_store else None,
-        models_dir=settings.models_path,
-        limits=ExtractionLimits(
-            max_total_bytes=settings.archive_max_bytes,
-            max_entries=settings.archive_max_entries,
-            max_ratio=settings.archive_max_ratio,
-        ),
-        defaults=ServerDefaults(
-            default_workers_per_model=settings.default_workers_per_model,
-            job_queue_size=settings.job_queue_size,
-            default_response_timeout_s=settings.default_response_timeout_s,
-            default_startup_timeout_s=settings.default_startup_timeout_s,
-            service_envelope=settings.service_envelope,
-            default_service_handler=settings.default_service_handler,
-        ),
-        models_json=models_json,
-        lock_wait_s=settings.task_lock_wait_s,
-    )
 
 
 def reconciler_config(settings: ManagerSettings) -> ReconcilerConfig:
@@ -99,7 +78,10 @@ class Manager:
         self.reconciler: Reconciler | None = None
         self._exits: asyncio.Task[None] | None = None
         self.stores = Stores.on(self.redis)
-        self.control = ControlPlane(self.stores, control_config(settings), wake=self.wake, host=self.host)
+        # The startup models come from the model store only (the management API's tasks download URLs).
+        self.registrar = Registrar(
+            self.stores, checked_registration_config(settings), download=None, wake=self.wake
+        )
         self.lease = ManagerLease(self.redis, host=self.host, pid=os.getpid(), ttl_s=settings.lease_ttl_s)
         # Tests that pass their own seams get no token authorization (and no key file).
         self.security = ManagerSecurity() if api_seams is not None else manager_security(settings, self.redis)
@@ -227,8 +209,8 @@ class Manager:
 
     async def _load_startup_models(self) -> None:
         # Safe to repeat: a startup model that is already registered is kept as it is.
-        specs = startup_specs(self.settings.load_models, self.control.config.model_store)
-        await load_startup_models(self.redis, self.control, specs, manager_pid=os.getpid())
+        specs = startup_specs(self.settings.load_models, self.registrar.config.model_store)
+        await load_startup_models(self.redis, self.registrar, specs, manager_pid=os.getpid())
 
     async def _retrying(self, action: Callable[[], Awaitable[None]], what: str) -> bool:
         """Run ``action`` until it gets through a Redis outage; False if stopped first."""

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from sluice import keys, registry
 from sluice.errors import ErrorCode, SluiceError
 from sluice.records import BatchPolicy, VersionState
-from sluice_manager.models.control_plane import ControlPlane, ControlPlaneConfig
+from sluice_manager.models.registration import Registrar, RegistrationConfig
 from sluice_manager.models.removal import RemovalConfig, Remover
 from sluice_manager.models.startup import remove_unused_model_dirs
 from sluice_manager.models.version_config import RegisterOptions, ServerDefaults
@@ -57,24 +57,24 @@ def exists(path: str) -> bool:
 
 
 @pytest.fixture
-def control(redis_client: "aioredis.Redis", tmp_path: Path) -> ControlPlane:
+def control(redis_client: "aioredis.Redis", tmp_path: Path) -> Registrar:
     wakes: list[int] = []
-    plane = ControlPlane(
+    plane = Registrar(
         Stores.on(redis_client),
-        ControlPlaneConfig(
+        RegistrationConfig(
             model_store=tmp_path / "store",
             models_dir=tmp_path / "home" / "models",
             defaults=ServerDefaults(job_queue_size=50),
         ),
         wake=lambda: wakes.append(1),
-        host="test-host",
+        download=None,
     )
     return plane
 
 
 @pytest.mark.parametrize("fmt", ["default", "tgz", "no-archive"])
 async def test_real_archiver_output_registers(
-    control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path, fmt: str
+    control: Registrar, redis_client: "aioredis.Redis", tmp_path: Path, fmt: str
 ) -> None:
     url = archive(tmp_path, fmt)
     record = await control.register(RegisterOptions(url=url))
@@ -96,7 +96,7 @@ async def test_real_archiver_output_registers(
 
 
 async def test_register_twice_is_a_conflict_and_leaves_nothing_behind(
-    control: ControlPlane, tmp_path: Path
+    control: Registrar, tmp_path: Path
 ) -> None:
     url = archive(tmp_path, "default")
     await control.register(RegisterOptions(url=url))
@@ -107,7 +107,7 @@ async def test_register_twice_is_a_conflict_and_leaves_nothing_behind(
     assert len(list((tmp_path / "home" / "models").iterdir())) == 1
 
 
-async def test_startup_registration_adopts_what_is_registered(control: ControlPlane, tmp_path: Path) -> None:
+async def test_startup_registration_adopts_what_is_registered(control: Registrar, tmp_path: Path) -> None:
     url = archive(tmp_path, "default")
     first = await control.register(RegisterOptions(url=url, at_startup=True))
     again = await control.register(RegisterOptions(url=url, at_startup=True))
@@ -116,7 +116,7 @@ async def test_startup_registration_adopts_what_is_registered(control: ControlPl
 
 
 async def test_refused_archive_leaves_no_state(
-    control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path
+    control: Registrar, redis_client: "aioredis.Redis", tmp_path: Path
 ) -> None:
     spec = echo_model("echo")
     write_mar(spec.__class__(name="broken", handler="nope.py", files={"x.py": ""}), tmp_path / "store")
@@ -128,18 +128,26 @@ async def test_refused_archive_leaves_no_state(
 
 
 async def test_no_model_store(redis_client: "aioredis.Redis", tmp_path: Path) -> None:
-    plane = ControlPlane(
+    plane = Registrar(
         Stores.on(redis_client),
-        ControlPlaneConfig(model_store=None, models_dir=tmp_path),
+        RegistrationConfig(model_store=None, models_dir=tmp_path),
         wake=lambda: None,
-        host="h",
+        download=None,
     )
     with pytest.raises(SluiceError, match="No model store"):
         await plane.register(RegisterOptions(url="a.mar"))
 
 
+async def test_without_a_downloader_a_url_is_not_a_store_name(control: Registrar) -> None:
+    with pytest.raises(SluiceError) as info:
+        await control.register(RegisterOptions(url="https://example.com/m.mar", at_startup=True))
+    assert (info.value.code, info.value.message) == (
+        ErrorCode.INVALID_ARGUMENT, "Invalid model url: https://example.com/m.mar"
+    )  # fmt: skip
+
+
 async def test_versions_default_and_unregister(
-    control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path
+    control: Registrar, redis_client: "aioredis.Redis", tmp_path: Path
 ) -> None:
     first = await control.register(RegisterOptions(url=archive(tmp_path, "default", version="1.0")))
     second = await control.register(RegisterOptions(url=archive(tmp_path, "tgz", version="2.0")))
@@ -165,7 +173,7 @@ async def test_versions_default_and_unregister(
 
 
 async def test_unregister_marks_the_version_removing_first(
-    control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path
+    control: Registrar, redis_client: "aioredis.Redis", tmp_path: Path
 ) -> None:
     await control.register(RegisterOptions(url=archive(tmp_path, "default")))
     # A worker record that never goes away: unregister waits (bounded), removes the keys anyway and
@@ -187,7 +195,7 @@ async def test_unregister_marks_the_version_removing_first(
 
 
 async def test_unused_model_folders_are_removed_at_startup(
-    control: ControlPlane, redis_client: "aioredis.Redis", tmp_path: Path
+    control: Registrar, redis_client: "aioredis.Redis", tmp_path: Path
 ) -> None:
     record = await control.register(RegisterOptions(url=archive(tmp_path, "default")))
     models = tmp_path / "home" / "models"

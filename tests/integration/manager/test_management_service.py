@@ -27,10 +27,10 @@ from sluice_manager.models.registration import RegistrationConfig
 from sluice_manager.models.removal import RemovalConfig
 from sluice_manager.models.version_config import RegisterOptions, ServerDefaults
 from sluice_manager.operations.op_runner import OperationRunner, RunnerConfig
-from sluice_manager.operations.redis_lock import TokenLock, model_lock
-from sluice_manager.operations.store import OperationStore, OpKind, OpState
 from sluice_manager.settings import ManagerSettings
 from sluice_manager.stores import Stores
+from sluice_manager.stores.locks import TokenLock, model_lock
+from sluice_manager.stores.operations import OperationStore, OpKind, OpState
 
 from tests.integration.manager.conftest import Harness, StartHarness
 from tests.support.eventually import eventually
@@ -80,7 +80,6 @@ async def api(
     service = ManagementService(
         Stores.on(redis_client),
         ManagementConfig(host=socket.gethostname(), model_api_enabled=True, poll_interval_s=0.05),
-        ops=OperationStore(redis_client),
         submit=submit,
         describe_jobs=DescribeJobs(redis_client, redis_server.url),
         wake=harness.reconciler.wake,
@@ -164,7 +163,6 @@ async def test_model_api_switch(api: Api) -> None:
     disabled = ManagementService(
         Stores.on(api.redis),
         ManagementConfig(host="h"),
-        ops=OperationStore(api.redis),
         submit=api.service._submit,
         describe_jobs=api.service._describe_jobs,
     )

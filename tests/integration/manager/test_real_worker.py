@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import redis.asyncio as aioredis
-from sluice_manager.models.control_plane import ControlPlane, ControlPlaneConfig
+from sluice_manager.models.registration import Registrar, RegistrationConfig
 from sluice_manager.models.version_config import RegisterOptions
 from sluice_manager.stores import Stores
 from sluice_manager.supervision.policy import Timing
@@ -28,11 +28,11 @@ async def test_real_worker_serves_the_demo_model_and_is_replaced_when_killed(
 ) -> None:
     write_archive(tmp_path / "store")
     harness = await start_harness(module="sluice_worker", cpu_count=2)
-    control = ControlPlane(
+    control = Registrar(
         Stores.on(redis_client),
-        ControlPlaneConfig(model_store=tmp_path / "store", models_dir=tmp_path / "models"),
+        RegistrationConfig(model_store=tmp_path / "store", models_dir=tmp_path / "models"),
         wake=harness.reconciler.wake,
-        host="test",
+        download=None,
     )
     record = await control.register(RegisterOptions(url="demo.mar", at_startup=True))
     assert (record.model_name, record.version, record.min_workers, record.batch_size) == ("demo", "1.0", 1, 8)
@@ -96,10 +96,10 @@ async def test_hung_worker_beside_a_healthy_one_is_killed_after_the_grace_and_re
 
 async def _register_echo(redis: "aioredis.Redis", harness: Harness, tmp_path: Path, workers: int) -> None:
     write_mar(echo_model(config=f"minWorkers: {workers}\nmaxWorkers: {workers}\n"), tmp_path / "store")
-    control = ControlPlane(
+    control = Registrar(
         Stores.on(redis),
-        ControlPlaneConfig(model_store=tmp_path / "store", models_dir=tmp_path / "models"),
+        RegistrationConfig(model_store=tmp_path / "store", models_dir=tmp_path / "models"),
         wake=harness.reconciler.wake,
-        host="test",
+        download=None,
     )
     await control.register(RegisterOptions(url="echo.mar", at_startup=True))

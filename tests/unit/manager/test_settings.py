@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from sluice_manager.models.registration import registration_config
 from sluice_manager.models.version_config import parse_models_json
 from sluice_manager.settings import ManagerSettings
 
@@ -90,3 +91,16 @@ def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLUICE_LAUNCHER", "kubernetes")
     with pytest.raises(ValueError, match="launcher"):
         ManagerSettings()
+
+
+def test_one_registration_config_for_the_manager_and_its_task_worker(tmp_path: Path) -> None:
+    settings = ManagerSettings(
+        model_store=tmp_path / "store", job_queue_size=7, archive_max_entries=9, task_lock_wait_s=4.0,
+        models='{"m": {"1.0": {"defaultVersion": true}}}',
+    )  # fmt: skip
+    config = registration_config(settings)
+    assert (config.model_store, config.models_dir) == (tmp_path / "store", settings.models_path)
+    assert (config.defaults.job_queue_size, config.limits.max_entries, config.lock_wait_s) == (7, 9, 4.0)
+    assert config.models_json == parse_models_json(settings.models)
+    with pytest.raises(ValueError, match="Expecting property name"):
+        registration_config(ManagerSettings(models="{"))

@@ -34,8 +34,8 @@ from sluice_manager.api.version_views import (
 )
 from sluice_manager.models.fetch import URL_REQUIRED
 from sluice_manager.models.version_config import RegisterOptions
-from sluice_manager.operations.store import Operation, OperationStore, OpKind
 from sluice_manager.stores import Stores
+from sluice_manager.stores.operations import Operation, OpKind
 
 log = get_logger(__name__)
 
@@ -143,7 +143,6 @@ class ManagementService:
         config: ManagementConfig,
         *,
         submit: Submit,
-        ops: OperationStore,
         describe_jobs: DescribeJobs,
         wake: Callable[[], None] = lambda: None,
         measure_usage: MeasureUsage = no_usage,
@@ -151,7 +150,7 @@ class ManagementService:
         self.stores = stores
         self.registry = stores.registry
         self.config = config
-        self.ops = ops
+        self.ops = stores.operations
         self._submit = submit
         self._describe_jobs = describe_jobs
         self._wake = wake

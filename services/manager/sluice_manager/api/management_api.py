@@ -25,7 +25,6 @@ from sluice_manager.api.management import ManagementConfig, ManagementService
 from sluice_manager.api.rest_api.server import create_app
 from sluice_manager.api.version_views import MeasureUsage, no_usage
 from sluice_manager.operations.celery_app import celery_app
-from sluice_manager.operations.store import OperationStore
 from sluice_manager.operations.task_client import TaskClient
 from sluice_manager.operations.task_process import TaskWorkerProcess
 from sluice_manager.settings import ManagerSettings
@@ -70,9 +69,8 @@ class ManagementApi:
         self._redis = redis
         self._wake = wake
         self.celery = celery_app(settings.redis_url, visibility_timeout_s=settings.task_visibility_timeout_s)
-        self.tasks = TaskClient(
-            self.celery, OperationStore(redis), orphan_after_s=settings.task_orphan_after_s
-        )
+        stores = Stores.on(redis)
+        self.tasks = TaskClient(self.celery, stores.operations, orphan_after_s=settings.task_orphan_after_s)
         self.task_worker = TaskWorkerProcess(
             command=[sys.executable, "-m", TASK_WORKER_MODULE],
             env=environ,
@@ -80,9 +78,8 @@ class ManagementApi:
             stop_timeout_s=settings.worker_stop_timeout_s,
         )
         self.service = ManagementService(
-            Stores.on(redis),
+            stores,
             management_config(settings, host),
-            ops=OperationStore(redis),
             submit=self.tasks.submit,
             describe_jobs=DescribeJobs(redis, settings.redis_url),
             wake=wake,

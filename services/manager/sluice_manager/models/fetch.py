@@ -37,12 +37,11 @@ class LocalArchive:
 async def fetch(
     url: str, *, model_store: Path | None, work_dir: Path, downloader: Download | None
 ) -> LocalArchive:
-    """The archive ``url`` names. Store names are resolved inside the store only (never outside it)."""
+    """The archive ``url`` names. Store names are resolved inside the store only (never outside it);
+    without a ``downloader`` a URL is refused as a store name (``Invalid model url``)."""
     if not url:
         raise SluiceError(ErrorCode.INVALID_ARGUMENT, URL_REQUIRED)
-    if url_policy.is_url(url):
-        if downloader is None:
-            raise SluiceError(ErrorCode.INVALID_ARGUMENT, "Registering models from URLs is not enabled")
+    if downloader is not None and url_policy.is_url(url):
         await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
         path = await downloader(url, work_dir)
         return LocalArchive(path, download.kind_of(path.name.lower()), temporary=True)

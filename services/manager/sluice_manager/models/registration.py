@@ -5,6 +5,11 @@ registered version, only folders that the next start removes (the private stagin
 ``<models>/.staging-op-<id>`` and, once renamed, the unpacked folder, which the operation record names
 so that a retry removes it first). A retry after the commit recognises it by the folder the record
 points to and finishes without registering twice.
+
+One :class:`Registrar` serves both callers: the management API's RegisterModel (a Celery task runs
+:meth:`Registrar.run` on the operation's record) and the startup models (:meth:`Registrar.register`,
+in the manager), so a version is registered the same way whichever asked. Everything it changes lives
+in Redis; the reconcile loop turns it into workers.
 """
 
 import asyncio
@@ -12,8 +17,9 @@ import dataclasses
 import os
 import shutil
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluice import model_artifact
@@ -24,23 +30,58 @@ from sluice.records import VersionRecord
 from sluice_manager.models import archives
 from sluice_manager.models.fetch import Download, fetch
 from sluice_manager.models.manifest import check_handler, read_archive
-from sluice_manager.models.version_config import ModelsJson, RegisterOptions, ServerDefaults, build_record
-from sluice_manager.operations.store import Operation, OperationStore
+from sluice_manager.models.version_config import (
+    ModelsJson,
+    RegisterOptions,
+    ServerDefaults,
+    build_record,
+    parse_models_json,
+)
+from sluice_manager.settings import ManagerSettings
 from sluice_manager.stores import Stores
+from sluice_manager.stores.operations import Operation
 
 log = get_logger(__name__)
+
+# Records how far a registration got on its operation (``note(model_dir=...)``); a retry reads it.
+Note = Callable[..., Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class RegistrationConfig:
     model_store: Path | None
     models_dir: Path
-    limits: archives.ExtractionLimits
-    defaults: ServerDefaults
-    models_json: ModelsJson
+    limits: archives.ExtractionLimits = field(default_factory=archives.ExtractionLimits)
+    defaults: ServerDefaults = field(default_factory=ServerDefaults)
+    models_json: ModelsJson = field(default_factory=dict)
     lock_wait_s: float = 2.0
     # Fault injection for tests (T-18): sleep this long after unpacking, before the registry commit.
     pause_before_commit_s: float = 0.0
+
+
+def registration_config(settings: ManagerSettings) -> RegistrationConfig:
+    """The registration settings, for the manager and its task worker alike (ValueError: an invalid
+    ``models`` setting)."""
+    return RegistrationConfig(
+        model_store=settings.model_store.absolute() if settings.model_store else None,
+        models_dir=settings.models_path,
+        limits=archives.ExtractionLimits(
+            max_total_bytes=settings.archive_max_bytes,
+            max_entries=settings.archive_max_entries,
+            max_ratio=settings.archive_max_ratio,
+        ),
+        defaults=ServerDefaults(
+            default_workers_per_model=settings.default_workers_per_model,
+            job_queue_size=settings.job_queue_size,
+            default_response_timeout_s=settings.default_response_timeout_s,
+            default_startup_timeout_s=settings.default_startup_timeout_s,
+            service_envelope=settings.service_envelope,
+            default_service_handler=settings.default_service_handler,
+        ),
+        models_json=parse_models_json(settings.models),
+        lock_wait_s=settings.task_lock_wait_s,
+        pause_before_commit_s=settings.debug_pause_before_commit_s,
+    )
 
 
 def describe_archive(
@@ -97,50 +138,76 @@ async def commit(
     return None
 
 
+async def _untracked(**_: object) -> None:
+    """No operation record to keep up to date (the startup models)."""
+
+
 class Registrar:
     def __init__(
         self,
         stores: Stores,
         config: RegistrationConfig,
-        ops: OperationStore,
         *,
         download: Download | None,
+        wake: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``download``: None registers from the model store only. ``wake``: called once a new version
+        is committed (the manager's reconcile loop; a task worker has none to wake)."""
         self.stores = stores
         self.config = config
-        self.ops = ops
         self.download = download
+        self.wake = wake
         self.clock = clock
+
+    async def register(self, options: RegisterOptions) -> VersionRecord:
+        """Register ``options.url`` in this process, without an operation record (the startup models).
+        At startup a version that is already registered is kept as it is and returned."""
+        staging = self.config.models_dir / f"{archives.STAGING_PREFIX}{uuid.uuid4().hex}"
+        return await self._register(options, staging, _untracked)
 
     async def run(self, op: Operation) -> tuple[Operation, VersionRecord]:
         """Register the operation's archive; returns the operation (with its version) and the record."""
-        options = RegisterOptions(**op.params)
         committed = await self._committed_earlier(op)
         if committed is not None:
             return op, committed
+        latest = op
+
+        async def note(**changes: object) -> None:
+            nonlocal latest
+            latest = await self.stores.operations.update(latest, **changes)
+
         staging = self.config.models_dir / f"{archives.STAGING_PREFIX}op-{op.op_id}"
+        record = await self._register(RegisterOptions(**op.params), staging, note)
+        return latest, record
+
+    async def _register(self, options: RegisterOptions, staging: Path, note: Note) -> VersionRecord:
         await asyncio.to_thread(shutil.rmtree, staging, True)
         model_dir = await self._unpack(options, staging)
         try:
-            op = await self.ops.update(op, model_dir=str(model_dir))
+            await note(model_dir=str(model_dir))
             now_ms = int(self.clock() * 1000)
             record = await asyncio.to_thread(describe_archive, options, model_dir, self.config, now_ms)
-            op = await self.ops.update(
-                op, model_name=record.model_name, version=record.version, min_workers=record.min_workers
-            )
+            await note(model_name=record.model_name, version=record.version, min_workers=record.min_workers)
             if self.config.pause_before_commit_s > 0:
-                log.warning("pausing before the registry commit (fault injection)", op=op.op_id)
+                log.warning("pausing before the registry commit (fault injection)", model=record.model_name,
+                            version=record.version)  # fmt: skip
                 await asyncio.sleep(self.config.pause_before_commit_s)
-            await commit(
+            kept = await commit(
                 self.stores, options, record, self.config.models_json, lock_wait_s=self.config.lock_wait_s
             )
         except BaseException:
             archives.remove_model_dir(self.config.models_dir, model_dir)
             raise
+        if kept is not None:
+            archives.remove_model_dir(self.config.models_dir, model_dir)
+            log.info("startup model already registered; keeping it", model=record.model_name,
+                     version=record.version)  # fmt: skip
+            return kept
         log.info("model registered", model=record.model_name, version=record.version, url=options.url,
                  min_workers=record.min_workers, max_workers=record.max_workers)  # fmt: skip
-        return op, record
+        self.wake()
+        return record
 
     async def _committed_earlier(self, op: Operation) -> VersionRecord | None:
         """A retried operation: the version an earlier attempt committed, or None (and that attempt's

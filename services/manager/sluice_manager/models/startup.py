@@ -20,8 +20,8 @@ from sluice.log import get_logger
 from sluice.records import StartupModel, StartupReport
 
 from sluice_manager.models.archives import STAGING_PREFIX
-from sluice_manager.models.control_plane import ControlPlane
 from sluice_manager.models.load_models import StartupModelSpec
+from sluice_manager.models.registration import Registrar
 from sluice_manager.models.version_config import RegisterOptions
 from sluice_manager.supervision.worker_state import WorkerStateStore
 
@@ -32,7 +32,7 @@ _UNPACKED = re.compile(r"[0-9a-f]{32}")
 
 
 async def load_startup_models(
-    redis: "aioredis.Redis", control: ControlPlane, specs: list[StartupModelSpec], *, manager_pid: int
+    redis: "aioredis.Redis", registrar: Registrar, specs: list[StartupModelSpec], *, manager_pid: int
 ) -> StartupReport:
     report = StartupReport(manager_pid=manager_pid, started_unix_ms=int(time.time() * 1000))
     await redis.set(keys.STARTUP_REPORT, report.to_json())
@@ -40,7 +40,7 @@ async def load_startup_models(
     errors: list[str] = []
     for spec in specs:
         try:
-            record = await control.register(
+            record = await registrar.register(
                 RegisterOptions(url=spec.url, model_name=spec.model_name, at_startup=True)
             )
         except SluiceError as err:

@@ -3,7 +3,7 @@ unregistering) run as tasks on the same Redis (keys under :data:`sluice.keys.CEL
 anything of the inference path.
 
 A message carries only an operation id (JSON; pickle is refused): the operation itself is a record in
-Redis (:mod:`sluice_manager.operations.store`), so a redelivered message finds it finished and does nothing.
+Redis (:mod:`sluice_manager.stores.operations`), so a redelivered message finds it finished and does nothing.
 Settings follow the Celery-on-Redis caveats (reliability_security.md section 3.7): late acks, requeue
 on a lost worker process, a visibility timeout above the longest task and a hard time limit below
 it, and a retry cap kept in the operation record (``max_attempts``).

@@ -13,9 +13,9 @@ from sluice.log import get_logger
 from sluice_manager.models.fetch import Download
 from sluice_manager.models.registration import Registrar, RegistrationConfig
 from sluice_manager.models.removal import RemovalConfig, Remover
-from sluice_manager.operations.redis_lock import TokenLock
-from sluice_manager.operations.store import Operation, OperationStore, OpKind, OpState
 from sluice_manager.stores import Stores
+from sluice_manager.stores.locks import TokenLock
+from sluice_manager.stores.operations import Operation, OpKind, OpState
 
 log = get_logger(__name__)
 
@@ -43,9 +43,9 @@ class OperationRunner:
     def __init__(self, redis: "aioredis.Redis", config: RunnerConfig, *, download: Download | None) -> None:
         self.redis = redis
         self.config = config
-        self.ops = OperationStore(redis)
         stores = Stores.on(redis)
-        self.registrar = Registrar(stores, config.registration, self.ops, download=download)
+        self.ops = stores.operations
+        self.registrar = Registrar(stores, config.registration, download=download)
         self.remover = Remover(stores, config.removal)
 
     async def run(self, op_id: str) -> Operation | None:

@@ -8,7 +8,7 @@ from celery import Celery
 from sluice.log import get_logger
 
 from sluice_manager.operations import celery_app
-from sluice_manager.operations.store import OperationStore
+from sluice_manager.stores.operations import OperationStore
 
 log = get_logger(__name__)
 

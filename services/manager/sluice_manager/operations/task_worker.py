@@ -14,11 +14,9 @@ from sluice.redis_client import connect
 from sluice.settings import describe_error
 from sluice.typed import InvalidValue
 
-from sluice_manager.models.archives import ExtractionLimits
 from sluice_manager.models.fetch import settings_download
-from sluice_manager.models.registration import RegistrationConfig
+from sluice_manager.models.registration import registration_config
 from sluice_manager.models.removal import RemovalConfig
-from sluice_manager.models.version_config import ServerDefaults, parse_models_json
 from sluice_manager.operations.celery_app import QUEUE, celery_app, register_task
 from sluice_manager.operations.op_runner import OperationRunner, RunnerConfig
 from sluice_manager.operations.task_process import die_with_parent
@@ -28,36 +26,12 @@ log = get_logger("sluice_manager.operations.task_worker")
 
 
 def runner_config(settings: ManagerSettings) -> RunnerConfig:
-    registration = RegistrationConfig(
-        model_store=settings.model_store.absolute() if settings.model_store else None,
-        models_dir=settings.models_path,
-        limits=ExtractionLimits(
-            max_total_bytes=settings.archive_max_bytes,
-            max_entries=settings.archive_max_entries,
-            max_ratio=settings.archive_max_ratio,
-        ),
-        defaults=server_defaults(settings),
-        models_json=parse_models_json(settings.models),
-        lock_wait_s=settings.task_lock_wait_s,
-        pause_before_commit_s=settings.debug_pause_before_commit_s,
-    )
     removal = RemovalConfig(
         models_dir=settings.models_path,
         unregister_timeout_s=settings.unregister_model_timeout_s,
         lock_wait_s=settings.model_lock_wait_s,
     )
-    return RunnerConfig(registration, removal, max_attempts=settings.task_max_attempts)
-
-
-def server_defaults(settings: ManagerSettings) -> ServerDefaults:
-    return ServerDefaults(
-        default_workers_per_model=settings.default_workers_per_model,
-        job_queue_size=settings.job_queue_size,
-        default_response_timeout_s=settings.default_response_timeout_s,
-        default_startup_timeout_s=settings.default_startup_timeout_s,
-        service_envelope=settings.service_envelope,
-        default_service_handler=settings.default_service_handler,
-    )
+    return RunnerConfig(registration_config(settings), removal, max_attempts=settings.task_max_attempts)
 
 
 class _Tasks:
