@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 import redis
-from sluice import keys
+from sluice.redis import keys
 from sluice.v1 import torchserve_management_pb2 as mgmt
 
 from bench.models import MODEL_VERSION

@@ -276,7 +276,7 @@ def build_store(sizes: Sizes, store: Path) -> None:
 def sluice_torch_threads(server: SluiceServer) -> dict[str, int]:
     """Model -> the torch threads the manager gave its running worker (its launch records)."""
     import redis
-    from sluice import keys
+    from sluice.redis import keys
 
     client = redis.Redis.from_url(server.redis_url, socket_timeout=5.0)
     try:

@@ -9,7 +9,7 @@ import socket
 import sys
 
 import redis
-from sluice import keys
+from sluice.redis import keys
 from sluice_manager.settings import ManagerSettings
 
 TIMEOUT_S = 3.0

@@ -3,11 +3,12 @@ services never import each other; only the worker imports torch or TorchServe's 
 ``sluice.errors`` imports no transport; in the gateway and the worker only ``app.py`` (the wiring) and
 ``broker/`` import Redis; the manager's layers import downward only (:data:`MANAGER_LAYERS`).
 
-"Redis", for that rule, is any module of the Redis client libraries (``redis``, ``hiredis``) and of
-Sluice's own clients and their errors (:data:`REDIS_MODULES`), whether imported at run time or for
-type checking only. Shared modules that are handed a client (``sluice.registry``'s readers,
-``sluice.auth_store``, ``sluice.registry_store``) are not on the list: outside ``broker/`` a module has
-no client to hand them. The check reads import statements; it does not see ``importlib`` calls.
+"Redis", for that rule, is any module of the Redis client libraries (``redis``, ``hiredis``) and of Sluice's
+own ``sluice.redis`` package (the keyspace, clients and their errors; :data:`REDIS_MODULES`), whether
+imported at run time or for type checking only. Shared modules that are handed a client
+(``sluice.registry.reader``, ``sluice.auth.store``, ``sluice.registry.store``) are not on the list: outside
+``broker/`` a module has no client to hand them. The check reads import statements; it does not see
+``importlib`` calls.
 
     check_boundaries.py [ROOT]    (ROOT: the repository, by default the one this script is in)
 """
@@ -27,10 +28,7 @@ WORKER_ONLY = {"torch", "ts", "numpy"}
 REDIS_MODULES = (
     "redis",
     "hiredis",
-    "sluice.control_redis",
-    "sluice.pipelined_redis",
-    "sluice.redis_client",
-    "sluice.redis_errors",
+    "sluice.redis",
 )
 # Services whose Redis stays behind their broker/ package (and the app.py that wires it).
 BROKER_ONLY = {"sluice_gateway", "sluice_worker"}

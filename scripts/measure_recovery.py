@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-from sluice.config_properties import read_properties
+from sluice.settings.config_properties import read_properties
 from sluice.v1 import torchserve_inference_pb2 as pb
 from sluice.v1 import torchserve_inference_pb2_grpc as pb_grpc
 from sluice.v1 import torchserve_management_pb2 as mpb

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from sluice.pipelined_redis import PipelinedRedis
+from sluice.redis.pipelined import PipelinedRedis
 
 from tests.support.redis_server import RedisServer
 

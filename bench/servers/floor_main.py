@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sluice.grpc_poller import use_completion_queue_poller
+from sluice.transport.grpc_poller import use_completion_queue_poller
 
 
 async def serve(port: int, answer: bytes) -> None:

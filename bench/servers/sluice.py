@@ -124,7 +124,7 @@ class SluiceServer:
     def _worker_labels(self) -> dict[int, str]:
         """pid -> ``<model>:<worker id>`` from the manager's launch records."""
         import redis
-        from sluice import keys
+        from sluice.redis import keys
 
         client = redis.Redis.from_url(self.redis_url, socket_timeout=5.0)
         try:

@@ -13,7 +13,7 @@ from types import ModuleType
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sluice.auth_keys import KeyKind, KeySet, read_key_file
+from sluice.auth.key_material import KeyKind, KeySet, read_key_file
 
 from tests.compat.torchserve_protos import compile_stubs, load
 from tests.support import management_stack, stack

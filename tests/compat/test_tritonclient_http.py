@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import redis
 import tritonclient.http as httpclient
-from sluice import keys
 from sluice.kserve.declaration import parse_model_tensors
-from sluice.records import StartupReport, VersionRecord
-from sluice.registry_store import RegistryStore
+from sluice.redis import keys
+from sluice.registry.records import StartupReport, VersionRecord
+from sluice.registry.store import RegistryStore
 from tritonclient.utils import InferenceServerException
 
 from tests.support import kserve_models, stack

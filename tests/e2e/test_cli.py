@@ -19,10 +19,10 @@ import psutil
 import pytest
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sluice import keys
+from sluice.lifecycle.worker_standby import STANDBY_FLAG
+from sluice.redis import keys
 from sluice.v1 import torchserve_inference_pb2 as inference_pb2
 from sluice.v1 import torchserve_inference_pb2_grpc as inference_grpc
-from sluice.worker_standby import STANDBY_FLAG
 from sluice_worker.demo_model import write_archive
 
 from tests.support.redis_server import free_port

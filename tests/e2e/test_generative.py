@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import aiohttp
 import grpc
 import pytest
-from sluice import keys
+from sluice.redis import keys
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest

@@ -12,7 +12,7 @@ import grpc
 import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sluice.exposure import is_loopback_host
+from sluice.transport.exposure import is_loopback_host
 
 from tests.support.cli_stack import Stack
 from tests.support.management_stack import http

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from sluice import keys
+from sluice.redis import keys
 from sluice.v1 import torchserve_inference_pb2 as pb
 from sluice.v1 import torchserve_inference_pb2_grpc as pb_grpc
 from sluice.v1 import torchserve_management_pb2 as mpb

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import psutil
 import redis
-from sluice import keys
+from sluice.redis import keys
 
 from tests.support.redis_server import free_port
 

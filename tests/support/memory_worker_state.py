@@ -13,8 +13,8 @@ import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sluice import keys
-from sluice.records import VersionRecord, WorkerRecord
+from sluice.redis import keys
+from sluice.registry.records import VersionRecord, WorkerRecord
 from sluice_manager.supervision.autoscale import ScalingState, Signal
 from sluice_manager.supervision.launchers.base import LaunchRecord
 from sluice_manager.supervision.state_store import (

@@ -13,7 +13,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from sluice.records import WorkerRecord, WorkerStatus
+from sluice.registry.records import WorkerRecord, WorkerStatus
 from sluice_manager.supervision.policy import Timing
 from sluice_manager.supervision.reconciler import Reconciler, ReconcilerConfig
 from sluice_manager.supervision.state_store import VersionKey

@@ -21,12 +21,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from sluice import keys
-from sluice.cancellation import cancel_and_wait
 from sluice.envelope import FIELD, Job, Reply, decode_job, encode_reply
 from sluice.errors import ErrorCode
-from sluice.records import WorkerRecord, WorkerStatus
-from sluice.redis_client import connect
+from sluice.lifecycle.cancellation import cancel_and_wait
+from sluice.redis import keys
+from sluice.redis.client import connect
+from sluice.registry.records import WorkerRecord, WorkerStatus
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
 # A script yields replies, or sequences of replies that go out in one stream entry.

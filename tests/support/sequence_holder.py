@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.envelope import FIELD, Job, Reply, decode_job, encode_reply
+from sluice.redis import keys
 
 from tests.support.responder import announce_worker
 

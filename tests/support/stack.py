@@ -17,9 +17,9 @@ from typing import Any
 
 import redis
 import yaml
-from sluice import keys
 from sluice.kserve.declaration import parse_model_tensors
-from sluice.records import StartupModel, StartupReport, VersionRecord, VersionState
+from sluice.redis import keys
+from sluice.registry.records import StartupModel, StartupReport, VersionRecord, VersionState
 
 from tests.support.models import ModelSpec, write_model_dir
 from tests.support.redis_server import free_port

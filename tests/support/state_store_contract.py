@@ -10,7 +10,7 @@ passes (a simulated clock advanced, or a real wait on Redis).
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
+from sluice.registry.records import VersionRecord, WorkerRecord, WorkerStatus
 from sluice_manager.supervision.autoscale import ScalingState
 from sluice_manager.supervision.launchers.base import LaunchRecord, Placement
 from sluice_manager.supervision.state_store import SupervisionStore

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from sluice.auth_keys import KeyKind, KeySet
+from sluice.auth.key_material import KeyKind, KeySet
 
 AUTH_FAILED = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"
 REFUSED_CODES = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)

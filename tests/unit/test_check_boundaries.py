@@ -29,11 +29,11 @@ def tree(root: Path, files: dict[str, str]) -> Path:
 
 
 ALLOWED = {
-    f"{GATEWAY}/app.py": "from sluice.control_redis import ControlRedis\n",
-    f"{GATEWAY}/broker/redis_reader.py": "from sluice.redis_errors import RedisError\n",
+    f"{GATEWAY}/app.py": "from sluice.redis.control import ControlRedis\n",
+    f"{GATEWAY}/broker/redis_reader.py": "from sluice.redis.errors import RedisError\n",
     # Shared modules that are handed a client are not clients.
-    f"{GATEWAY}/health.py": "from sluice import keys, registry\nfrom sluice_gateway.broker import seam\n",
-    f"{WORKER}/app.py": "import redis.asyncio as aioredis\nfrom sluice import redis_client\n",
+    f"{GATEWAY}/health.py": "from sluice.registry import reader\nfrom sluice_gateway.broker import seam\n",
+    f"{WORKER}/app.py": "import redis.asyncio as aioredis\nfrom sluice.redis import client\n",
     f"{WORKER}/broker/sequences/source.py": "from redis.exceptions import RedisError\n",
     f"{MANAGER}/stores/__init__.py": "import redis.asyncio as aioredis\n",
     # Downward, and from outside the layers (the wiring) to any of them.
@@ -41,7 +41,7 @@ ALLOWED = {
     f"{MANAGER}/operations/op_runner.py": "from sluice_manager.models import registration\n",
     f"{MANAGER}/models/registration.py": "from sluice_manager.stores.operations import Operation\n",
     f"{MANAGER}/app.py": "from sluice_manager.api import management\nimport sluice_manager.stores\n",
-    "services/shared/sluice/registry.py": "from sluice.control_redis import ControlRedis\n",
+    "services/shared/sluice/registry/reader.py": "from sluice.redis.control import ControlRedis\n",
 }
 
 
@@ -53,9 +53,10 @@ def test_redis_in_app_and_broker_only_passes(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "source", "module"),
     [
-        (f"{GATEWAY}/health.py", "from sluice.control_redis import ControlRedis\n", "sluice.control_redis"),
-        (f"{GATEWAY}/kserve/service.py", "from sluice import redis_errors\n", "sluice.redis_errors"),
-        (f"{GATEWAY}/metrics/cluster.py", "import sluice.pipelined_redis\n", "sluice.pipelined_redis"),
+        (f"{GATEWAY}/health.py", "from sluice.redis.control import ControlRedis\n", "sluice.redis"),
+        (f"{GATEWAY}/kserve/service.py", "from sluice.redis import errors\n", "sluice.redis"),
+        (f"{GATEWAY}/metrics/cluster.py", "import sluice.redis.pipelined\n", "sluice.redis"),
+        (f"{GATEWAY}/registry_cache.py", "from sluice.redis import keys\n", "sluice.redis"),
         (f"{WORKER}/model_fetch.py", "import redis.asyncio as aioredis\n", "redis"),
         (f"{WORKER}/retries.py", "from redis.exceptions import RedisError\n", "redis"),
         (
@@ -64,9 +65,9 @@ def test_redis_in_app_and_broker_only_passes(tmp_path: Path) -> None:
             from typing import TYPE_CHECKING
 
             if TYPE_CHECKING:
-                from sluice.redis_client import connect
+                from sluice.redis.client import connect
             """,
-            "sluice.redis_client",
+            "sluice.redis",
         ),
     ],
 )

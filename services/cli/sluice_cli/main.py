@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from sluice.settings import describe_error
+from sluice.settings.common import describe_error
 from sluice.typed import InvalidValue
 
 from sluice_cli import output

@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from sluice.redis_url import redacted
+from sluice.redis.url import redacted
 
 from sluice_cli.children import log_tail
 from sluice_cli.outcome import Failure, ModelStatus, StartFailed

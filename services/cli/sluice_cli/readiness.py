@@ -9,8 +9,9 @@ from pathlib import Path
 import grpc
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sluice import keys, registry
-from sluice.records import StartupReport, VersionRecord, WorkerRecord, WorkerStatus
+from sluice.redis import keys
+from sluice.registry import reader as registry
+from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord, WorkerStatus
 
 from sluice_cli.outcome import ModelStatus, StartFailed
 

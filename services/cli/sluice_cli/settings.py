@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated, ClassVar
 from urllib.parse import quote
 
-from sluice.auth_settings import AuthSettings
+from sluice.auth.settings import AuthSettings
 from sluice.typed import Bounds, NonNegativeInt, PositiveFloat
 
 # A port to listen on or connect to (never 0: the CLI must know it).

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import psutil
-from sluice import keys
-from sluice.auth_keys import remove_key_file
+from sluice.auth.key_material import remove_key_file
+from sluice.redis import keys
 
 from sluice_cli import output
 from sluice_cli.children import Children, kill_process, stop_process

@@ -3,8 +3,8 @@
 import sys
 
 import uvloop
-from sluice.grpc_poller import use_completion_queue_poller
 from sluice.log import configure_logging
+from sluice.transport.grpc_poller import use_completion_queue_poller
 
 from sluice_gateway.settings import GatewaySettings
 

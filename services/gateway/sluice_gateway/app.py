@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from sluice import __version__ as sluice_version
-from sluice import keys
-from sluice.control_redis import COMMAND_TIMEOUT_S, ControlRedis
 from sluice.log import get_logger
-from sluice.pipelined_redis import PipelinedRedis
-from sluice.redis_errors import RedisError
+from sluice.redis import keys
+from sluice.redis.control import COMMAND_TIMEOUT_S, ControlRedis
+from sluice.redis.errors import RedisError
+from sluice.redis.pipelined import PipelinedRedis
 
 from sluice_gateway.broker.redis_admission import RedisJobAdmission
 from sluice_gateway.broker.redis_reader import RedisClusterReader
@@ -42,7 +42,7 @@ from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.torchserve import grpc as torchserve_grpc
 
 if TYPE_CHECKING:
-    from sluice.http_listener import HttpListener
+    from sluice.transport.http_listener import HttpListener
 
 log = get_logger(__name__)
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
-from sluice import names
 from sluice.envelope import Reply, WireProtocol, encode_job
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
-from sluice.records import VersionRecord
+from sluice.registry import names
+from sluice.registry.records import VersionRecord
 
 from sluice_gateway.broker.seam import (
     UNAVAILABLE_MESSAGE,

@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
-from sluice import registry
 from sluice.errors import ErrorCode, SluiceError
-from sluice.records import VersionRecord
+from sluice.registry import reader as registry
+from sluice.registry.records import VersionRecord
 
 from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE, BrokerUnavailable, ClusterReader
 

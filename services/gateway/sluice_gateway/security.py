@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from sluice.auth_grpc import TokenAuthInterceptor
-from sluice.auth_keys import KeyKind
-from sluice.auth_settings import TokenErrorCodes
-from sluice.auth_store import TokenVerifier
-from sluice.exposure import check_listener
-from sluice.http_listener import parse_address
+from sluice.auth.grpc_interceptor import TokenAuthInterceptor
+from sluice.auth.key_material import KeyKind
+from sluice.auth.settings import TokenErrorCodes
+from sluice.auth.store import TokenVerifier
 from sluice.log import get_logger
+from sluice.transport.exposure import check_listener
+from sluice.transport.http_listener import parse_address
 
 from sluice_gateway.broker.token_keys import RedisTokenKeys
 from sluice_gateway.settings import GatewaySettings
@@ -36,7 +36,7 @@ class GatewaySecurity:
         gRPC server already serves (it is a large part of the gateway's start time)."""
         if self.verifier is None or self.codes is None:
             return []
-        from sluice.auth_http import inference_scope, token_middleware
+        from sluice.auth.http_middleware import inference_scope, token_middleware
 
         return [token_middleware(self.verifier, inference_scope, self.codes)]
 

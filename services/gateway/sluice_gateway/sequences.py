@@ -10,9 +10,9 @@ The handler sees the sequence as TorchServe shows it: headers ``ts_request_seque
 import uuid
 from dataclasses import dataclass
 
-from sluice import names
 from sluice.envelope import WireProtocol
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
+from sluice.registry import names
 
 from sluice_gateway.broker.seam import Admission, SequenceStep
 

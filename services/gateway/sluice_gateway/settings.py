@@ -4,7 +4,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Annotated, ClassVar
 
-from sluice.auth_settings import AuthSettings
+from sluice.auth.settings import AuthSettings
 from sluice.typed import Bounds, NonNegativeFloat, Port, PositiveFloat, PositiveInt
 
 # Gateway ids end up inside Redis keys ({gw:<id>}), so they use a key-safe alphabet.

@@ -4,8 +4,8 @@ import asyncio
 import os
 import sys
 
-from sluice.grpc_poller import use_completion_queue_poller
 from sluice.log import configure_logging, get_logger
+from sluice.transport.grpc_poller import use_completion_queue_poller
 
 from sluice_manager.settings import ManagerSettings
 

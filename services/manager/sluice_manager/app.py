@@ -15,10 +15,10 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
-from sluice.backoff import Backoff
+from sluice.lifecycle.backoff import Backoff
 from sluice.log import get_logger
-from sluice.redis_client import connect
-from sluice.redis_url import redacted
+from sluice.redis.client import connect
+from sluice.redis.url import redacted
 
 from sluice_manager.api.management_api import ApiSeams, ManagementApi
 from sluice_manager.api.security import ManagerSecurity, manager_security, warn_exposure

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from sluice.auth_settings import AuthSettings
+from sluice.auth.settings import AuthSettings
 from sluice.typed import (
     Bounds,
     InvalidValue,
@@ -153,7 +153,7 @@ class ManagerSettings(AuthSettings):
     worker_module: str = "sluice_worker"
     # Keep one worker process started ahead (torch imported), so a new worker is READY ~1 s sooner;
     # it costs that process's memory (~240 MiB RSS) while no worker needs it. A custom worker_module must
-    # then accept --standby (sluice.worker_standby).
+    # then accept --standby (sluice.lifecycle.worker_standby).
     worker_standby: bool = True
     reconcile_interval_s: PositiveFloat = 1.0
     # Workers the launcher's host may run in all: the autoscaler never goes past it (beside each

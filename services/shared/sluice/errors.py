@@ -1,7 +1,7 @@
 """Domain errors: a code from a closed set plus a client-safe message, and what any other exception
 becomes before a client sees it (:func:`as_sluice_error`). No transport imports here;
-``sluice.status_map`` turns codes into gRPC statuses and REST bodies, once, from a table, and
-``sluice.grpc_errors`` / ``sluice.http_errors`` apply it to every rpc and route.
+``sluice.transport.status_map`` turns codes into gRPC statuses and REST bodies, once, from a table, and
+``sluice.transport.grpc_errors`` / ``sluice.transport.http_errors`` apply it to every rpc and route.
 """
 
 import enum
@@ -85,7 +85,7 @@ EXCEPTION_CLASS: dict[ErrorCode, str] = {
     ErrorCode.CONFLICT: "org.pytorch.serve.http.ConflictStatusException",
     ErrorCode.NOT_IMPLEMENTED: "org.pytorch.serve.http.MethodNotAllowedException",
     # gRPC details name ModelException, as TorchServe's; REST bodies say MethodNotAllowedException
-    # (sluice.status_map.rest_error_type).
+    # (sluice.transport.status_map.rest_error_type).
     ErrorCode.MODEL_API_DISABLED: "org.pytorch.serve.archive.model.ModelException",
     ErrorCode.ABORTED: "org.pytorch.serve.http.ConflictStatusException",
     ErrorCode.FAILED_PRECONDITION: "org.pytorch.serve.http.InvalidModelVersionException",

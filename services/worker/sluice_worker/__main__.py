@@ -2,7 +2,7 @@
 [--torch-threads N]``, with ``SLUICE_REDIS_URL`` and the other ``SLUICE_*`` settings in the environment.
 
 ``python -m sluice_worker --standby``: import everything (torch, ``ts``) now, then wait on stdin for
-the launcher to assign the same arguments (see :mod:`sluice.worker_standby`)."""
+the launcher to assign the same arguments (see :mod:`sluice.lifecycle.worker_standby`)."""
 
 import os
 
@@ -17,10 +17,10 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
+from sluice.lifecycle.worker_standby import STANDBY_FLAG, AssignmentError, await_assignment
 from sluice.log import configure_logging
-from sluice.settings import describe_error
+from sluice.settings.common import describe_error
 from sluice.typed import InvalidValue
-from sluice.worker_standby import STANDBY_FLAG, AssignmentError, await_assignment
 
 from sluice_worker import app
 from sluice_worker.exit_codes import ExitCode

@@ -13,10 +13,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
-from sluice import redis_client, registry
 from sluice.log import get_logger
-from sluice.pipelined_redis import PipelinedRedis
-from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
+from sluice.redis import client as redis_client
+from sluice.redis.pipelined import PipelinedRedis
+from sluice.registry import reader as registry
+from sluice.registry.records import VersionRecord, WorkerRecord, WorkerStatus
 
 from sluice_worker import device, runtime
 from sluice_worker.async_loop import AsyncWorker

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sluice.records import BatchPolicy
+from sluice.registry.records import BatchPolicy
 
 from sluice_worker.delivery import Delivery
 

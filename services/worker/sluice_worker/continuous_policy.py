@@ -8,7 +8,7 @@ fill waits for a job, then up to ``max_batch_delay_ms`` for more (``eager``: not
 
 import math
 
-from sluice.records import BatchPolicy
+from sluice.registry.records import BatchPolicy
 
 from sluice_worker.batch_policy import RUN, Batching, Read, Run
 

@@ -8,8 +8,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from sluice.backoff import Backoff
 from sluice.errors import ErrorCode, SluiceError
+from sluice.lifecycle.backoff import Backoff
 from sluice.log import get_logger
 
 from sluice_worker.batch_policy import Batching, is_expired

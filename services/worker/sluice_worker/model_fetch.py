@@ -1,7 +1,7 @@
 """Where this worker finds its model's files.
 
 The manager unpacks every archive into its models folder and records the folder and the digest of
-its artifact (sluice.model_artifact). A worker that sees that folder (the manager's host, or a shared
+its artifact (sluice.registry.artifact). A worker that sees that folder (the manager's host, or a shared
 volume at the same path) loads from it. Any other worker (a container, another machine) fetches the
 artifact from the manager's artifact endpoint (its URL and token from the broker:
 :mod:`sluice_worker.broker.artifact_endpoint`), checks the digest,
@@ -18,10 +18,10 @@ import shutil
 from pathlib import Path
 
 import aiohttp
-from sluice import model_artifact
-from sluice.backoff import Backoff
+from sluice.lifecycle.backoff import Backoff
 from sluice.log import get_logger
-from sluice.records import VersionRecord
+from sluice.registry import artifact as model_artifact
+from sluice.registry.records import VersionRecord
 
 from sluice_worker.broker.artifact_endpoint import ArtifactEndpoints
 

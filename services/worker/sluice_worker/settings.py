@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from sluice import names
-from sluice.settings import CommonSettings
+from sluice.registry import names
+from sluice.settings.common import CommonSettings
 from sluice.typed import InvalidValue, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 

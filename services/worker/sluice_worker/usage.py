@@ -15,7 +15,7 @@ from typing import Protocol
 
 import psutil
 import torch
-from sluice.records import WorkerRecord
+from sluice.registry.records import WorkerRecord
 
 from sluice_worker.device import DeviceChoice
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from sluice.records import VersionRecord
-from sluice.registry_store import RegistryStore
+from sluice.registry.records import VersionRecord
+from sluice.registry.store import RegistryStore
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
 from sluice_gateway.app import Gateway
 from sluice_gateway.settings import GatewaySettings

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.envelope import Job, Reply
+from sluice.redis import keys
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice_gateway.app import Gateway
 

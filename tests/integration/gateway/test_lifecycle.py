@@ -12,8 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from sluice import keys
 from sluice.envelope import Job, Reply
+from sluice.redis import keys
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
 from sluice_gateway.app import Gateway

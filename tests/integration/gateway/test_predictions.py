@@ -9,9 +9,9 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 from google.protobuf.empty_pb2 import Empty
-from sluice import keys
 from sluice.envelope import Job, Reply, WireProtocol
 from sluice.errors import ErrorCode, no_worker_message
+from sluice.redis import keys
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 from sluice_gateway.app import Gateway
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
-from sluice.pipelined_redis import PipelinedRedis
+from sluice.redis import keys
+from sluice.redis.pipelined import PipelinedRedis
 from sluice_gateway.broker.redis_admission import LARGE_JOB_BYTES, RedisJobAdmission
 from sluice_gateway.broker.seam import Admission, BrokerUnavailable
 

@@ -10,9 +10,9 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sluice import keys
 from sluice.envelope import Job, Reply
-from sluice.redis_client import connect
+from sluice.redis import keys
+from sluice.redis.client import connect
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
 from sluice_gateway.app import Gateway

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import grpc
 import redis.asyncio as aioredis
 from sluice.envelope import Job, Reply
-from sluice.pipelined_redis import PipelinedRedis
+from sluice.redis.pipelined import PipelinedRedis
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice_gateway.app import Gateway
 from sluice_gateway.broker.redis_replies import RedisReplies

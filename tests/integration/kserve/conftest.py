@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.envelope import Job, Reply
 from sluice.kserve.declaration import ModelTensors, TensorSpec
-from sluice.records import StartupModel, StartupReport
+from sluice.redis import keys
+from sluice.registry.records import StartupModel, StartupReport
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
 from sluice_gateway.app import Gateway

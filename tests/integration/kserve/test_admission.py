@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.envelope import Job, Reply
 from sluice.kserve.declaration import ModelTensors
+from sluice.redis import keys
 from sluice.v1 import kserve_pb2 as pb
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub

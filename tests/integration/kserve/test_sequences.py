@@ -12,8 +12,8 @@ import aiohttp
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.envelope import Job
+from sluice.redis import keys
 from sluice.v1 import kserve_pb2 as pb
 from sluice_gateway.app import Gateway
 

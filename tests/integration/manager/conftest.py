@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import registry
-from sluice.records import VersionRecord
-from sluice.registry_store import RegistryStore
+from sluice.registry import reader as registry
+from sluice.registry.records import VersionRecord
+from sluice.registry.store import RegistryStore
 from sluice_manager.supervision.launchers.base import Launcher, RunState
 from sluice_manager.supervision.launchers.process import ProcessLauncher, find_process, worker_command
 from sluice_manager.supervision.policy import Timing

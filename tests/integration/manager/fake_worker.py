@@ -22,9 +22,10 @@ import time
 from types import FrameType
 
 import redis
-from sluice import keys, registry
-from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
-from sluice.worker_standby import STANDBY_FLAG, await_assignment
+from sluice.lifecycle.worker_standby import STANDBY_FLAG, await_assignment
+from sluice.redis import keys
+from sluice.registry import reader as registry
+from sluice.registry.records import VersionRecord, WorkerRecord, WorkerStatus
 
 
 def starts_key(model: str, version: str) -> str:

@@ -10,9 +10,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys, model_artifact
-from sluice.records import VersionRecord
-from sluice.registry_store import RegistryStore
+from sluice.redis import keys
+from sluice.registry import artifact as model_artifact
+from sluice.registry.records import VersionRecord
+from sluice.registry.store import RegistryStore
 from sluice_manager.models.artifact_server import ArtifactServer
 from sluice_worker.broker.artifact_endpoint import RedisArtifactEndpoints
 from sluice_worker.model_fetch import FetchError, model_folder

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from sluice import keys
+from sluice.redis import keys
 from sluice_manager.operations.celery_app import QUEUE, celery_app, submit
 
 from tests.support.redis_server import RedisServer, redis_with_socket

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys, registry
 from sluice.errors import ErrorCode, SluiceError
-from sluice.records import BatchPolicy, VersionState
+from sluice.redis import keys
+from sluice.registry import reader as registry
+from sluice.registry.records import BatchPolicy, VersionState
 from sluice_manager.models.registration import Registrar, RegistrationConfig
 from sluice_manager.models.removal import RemovalConfig, Remover
 from sluice_manager.models.startup import remove_unused_model_dirs

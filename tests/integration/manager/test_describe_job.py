@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import envelope, keys
+from sluice import envelope
 from sluice.envelope import Reply, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
-from sluice.records import VersionRecord
-from sluice.registry_store import RegistryStore
+from sluice.redis import keys
+from sluice.registry.records import VersionRecord
+from sluice.registry.store import RegistryStore
 from sluice_manager.api.describe_job import DescribeJobs
 
 from tests.support.redis_server import RedisServer

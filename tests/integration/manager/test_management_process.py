@@ -14,7 +14,8 @@ from typing import cast
 import psutil
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys, registry
+from sluice.redis import keys
+from sluice.registry import reader as registry
 
 from tests.integration.manager.conftest import FAKE_WORKER
 from tests.support.eventually import eventually

@@ -16,9 +16,11 @@ from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import envelope, keys, registry
+from sluice import envelope
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
+from sluice.redis import keys
+from sluice.registry import reader as registry
 from sluice_manager.api.describe_job import DescribeJobs
 from sluice_manager.api.management import ManagementConfig, ManagementService, RegisterRequest, ScaleRequest
 from sluice_manager.models.archives import ExtractionLimits

@@ -14,8 +14,8 @@ from typing import cast
 import psutil
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
-from sluice.records import StartupReport
+from sluice.redis import keys
+from sluice.registry.records import StartupReport
 from sluice_manager.supervision.worker_state import WorkerStateStore
 
 from tests.integration.manager.conftest import FAKE_WORKER, REPO, child_env, ready_ids

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from sluice.worker_standby import STANDBY_FLAG
+from sluice.lifecycle.worker_standby import STANDBY_FLAG
 from sluice_manager.supervision.launchers.base import LOG_PATH, Launcher, RunState, WorkerSpec
 from sluice_manager.supervision.launchers.process import MARKER, START_TIME, ProcessLauncher
 from sluice_manager.supervision.launchers.standby import Standby
@@ -35,7 +35,7 @@ def fake_worker_command(spec: WorkerSpec) -> list[str]:
 
 # A standby as the real worker's: wait for the assignment, then run as the fake worker would.
 STANDBY = (
-    "import sys; from sluice.worker_standby import await_assignment; args = await_assignment(); "
+    "import sys; from sluice.lifecycle.worker_standby import await_assignment; args = await_assignment(); "
     "sys.argv = ['-c', *args]; exec(compile(" + repr(FAKE_WORKER_PROGRAM) + ", 'fake', 'exec'))"
 )
 STANDBY_COMMAND = [sys.executable, "-c", STANDBY, STANDBY_FLAG]

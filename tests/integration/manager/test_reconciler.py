@@ -11,7 +11,7 @@ from typing import cast
 
 import psutil
 import redis.asyncio as aioredis
-from sluice import keys
+from sluice.redis import keys
 from sluice_manager.supervision.launchers.base import RunState
 from sluice_manager.supervision.launchers.external import ExternalLauncher
 from sluice_manager.supervision.reconciler import Reconciler, ReconcilerConfig

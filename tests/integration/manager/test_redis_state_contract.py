@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
-from sluice import keys
-from sluice.records import VersionRecord, WorkerRecord
-from sluice.registry_store import RegistryStore
+from sluice.redis import keys
+from sluice.registry.records import VersionRecord, WorkerRecord
+from sluice.registry.store import RegistryStore
 from sluice_manager.supervision.worker_state import WorkerStateStore
 
 from tests.support.redis_server import RedisServer

@@ -5,8 +5,8 @@ signal's busy time: only workers whose heartbeat is alive count."""
 import json
 
 import redis.asyncio as aioredis
-from sluice import keys
-from sluice.records import WorkerRecord, WorkerStatus
+from sluice.redis import keys
+from sluice.registry.records import WorkerRecord, WorkerStatus
 from sluice_manager.supervision.autoscale import ScalingState
 from sluice_manager.supervision.worker_state import AnnouncedWorker, WorkerStateStore
 

@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 import redis.asyncio as aioredis
-from sluice import keys
-from sluice.records import VersionRecord
-from sluice.registry_store import RegistryStore
+from sluice.redis import keys
+from sluice.registry.records import VersionRecord
+from sluice.registry.store import RegistryStore
 from sluice_manager.supervision.launchers.external import ExternalLauncher
 from sluice_manager.supervision.reconciler import Reconciler, ReconcilerConfig
 from sluice_manager.supervision.worker_state import WorkerStateStore

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from sluice.bad_request_log import LogBudget
-from sluice.http_listener import BAD_REQUEST_LOG_LIMIT, HttpListener, ListenAddress
+from sluice.transport.bad_request_log import LogBudget
+from sluice.transport.http_listener import BAD_REQUEST_LOG_LIMIT, HttpListener, ListenAddress
 from structlog.testing import capture_logs
 
 from tests.support import management_stack, stack

@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.envelope import Job, Reply
 from sluice.errors import ErrorCode, no_worker_message
+from sluice.redis import keys
 
 from tests.integration.gateway.conftest import register
 from tests.support.responder import failure

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import aiohttp
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.envelope import Job, Reply
+from sluice.redis import keys
 from sluice_gateway.app import Gateway
 
 from tests.integration.gateway.conftest import make_settings, register

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import aiohttp
 import grpc
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.envelope import Job, Reply, WireProtocol
-from sluice.records import WorkerRecord, WorkerStatus
+from sluice.redis import keys
+from sluice.registry.records import WorkerRecord, WorkerStatus
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
 from sluice_gateway.app import Gateway

@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.envelope import Job
 from sluice.errors import no_worker_message
+from sluice.redis import keys
 
 from tests.integration.gateway.conftest import register
 from tests.integration.rest.conftest import raw

@@ -9,8 +9,8 @@ import aiohttp
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from sluice.auth_keys import KeySet
-from sluice.auth_store import TokenStore
+from sluice.auth.key_material import KeySet
+from sluice.auth.store import TokenStore
 from sluice_gateway.app import Gateway
 from sluice_gateway.security import gateway_security
 

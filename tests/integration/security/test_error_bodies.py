@@ -6,7 +6,7 @@ import re
 import aiohttp
 import grpc
 import pytest
-from sluice.auth_keys import KeyKind, KeySet
+from sluice.auth.key_material import KeyKind, KeySet
 from sluice_gateway import health
 from sluice_gateway.kserve import service as kserve_service
 

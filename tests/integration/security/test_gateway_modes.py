@@ -5,7 +5,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-from sluice.auth_keys import KeyKind, KeySet
+from sluice.auth.key_material import KeyKind, KeySet
 from sluice_gateway.app import Gateway
 
 from tests.support.token_matrix import AUTH_FAILED, Method, call_raw, granted

@@ -9,7 +9,7 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sluice.auth_keys import KeyKind, KeySet
+from sluice.auth.key_material import KeyKind, KeySet
 from sluice.v1 import kserve_pb2, torchserve_inference_pb2
 from sluice_gateway.app import Gateway
 from sluice_gateway.kserve.grpc import TORCHSERVE_SERVICE_NAME

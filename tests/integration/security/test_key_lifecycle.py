@@ -13,9 +13,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from sluice.auth_http import management_scope, token_middleware
-from sluice.auth_keys import KeyKind, KeySet, digest, read_key_file
-from sluice.auth_store import TokenStore, TokenVerifier
+from sluice.auth.http_middleware import management_scope, token_middleware
+from sluice.auth.key_material import KeyKind, KeySet, digest, read_key_file
+from sluice.auth.store import TokenStore, TokenVerifier
 from sluice.errors import SluiceError
 from sluice_manager.api.token_api import TokenRoutes
 from sluice_manager.api.token_keys import KeyAuthority

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from sluice.auth_keys import Key, KeyKind, KeySet, read_key_file
-from sluice.auth_store import TokenStore
-from sluice.redis_client import connect
+from sluice.auth.key_material import Key, KeyKind, KeySet, read_key_file
+from sluice.auth.store import TokenStore
+from sluice.redis.client import connect
 from sluice.v1 import torchserve_management_pb2
 from sluice_manager.api.rest_api.routes import ManagementRoutes
 from sluice_manager.api.token_api import TokenRoutes

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import admission, keys
+from sluice import admission
 from sluice.admission import Outcome
+from sluice.redis import keys
 
 MODEL, VERSION = "m", "1"
 CONFIG, WORKERS, STREAM = admission.script_keys(MODEL, VERSION)

@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import registry
-from sluice.control_redis import ControlRedis
-from sluice.records import VersionRecord
-from sluice.redis_errors import RedisDown, ReplyError
-from sluice.registry_store import RegistryStore
+from sluice.redis.control import ControlRedis
+from sluice.redis.errors import RedisDown, ReplyError
+from sluice.registry import reader as registry
+from sluice.registry.records import VersionRecord
+from sluice.registry.store import RegistryStore
 
 from tests.support.redis_server import RedisServer
 

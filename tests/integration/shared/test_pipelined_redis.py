@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 import redis.asyncio as aioredis
-from sluice.pipelined_redis import Endpoint, PipelinedRedis
-from sluice.redis_errors import RedisDown, ReplyError
+from sluice.redis.errors import RedisDown, ReplyError
+from sluice.redis.pipelined import Endpoint, PipelinedRedis
 
 from tests.support.redis_server import RedisServer, free_port, redis_with_socket
 

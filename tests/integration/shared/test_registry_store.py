@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys, registry
-from sluice.records import VersionRecord
-from sluice.registry_store import RegistryStore
+from sluice.redis import keys
+from sluice.registry import reader as registry
+from sluice.registry.records import VersionRecord
+from sluice.registry.store import RegistryStore
 
 
 def version(number: str, **changes: object) -> VersionRecord:

@@ -1,5 +1,5 @@
 """Driving real worker processes (``python -m sluice_worker``) against a real Redis, the way the
-manager starts them and the gateway talks to them: records via ``sluice.registry``, jobs XADDed to
+manager starts them and the gateway talks to them: records via ``sluice.registry.reader``, jobs XADDed to
 the version's stream, replies read from a gateway reply stream."""
 
 import asyncio
@@ -15,10 +15,11 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
-from sluice import envelope, keys
+from sluice import envelope
 from sluice.envelope import Job, Reply, WireProtocol
-from sluice.records import VersionRecord, WorkerRecord
-from sluice.registry_store import RegistryStore
+from sluice.redis import keys
+from sluice.registry.records import VersionRecord, WorkerRecord
+from sluice.registry.store import RegistryStore
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
 from tests.support.models import ModelSpec, write_model_dir

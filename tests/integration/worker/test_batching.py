@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.errors import ErrorCode
-from sluice.records import BatchPolicy, VersionRecord
+from sluice.redis import keys
+from sluice.registry.records import BatchPolicy, VersionRecord
 
 from tests.integration.worker.harness import (
     ReplyStream,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
-from sluice.records import WorkerRecord
+from sluice.redis import keys
+from sluice.registry.records import WorkerRecord
 from sluice_manager.supervision.autoscale import Signal
 from sluice_manager.supervision.worker_state import WorkerStateStore
 

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 import redis.asyncio as aioredis
 import torch
-from sluice import keys
 from sluice.envelope import WireProtocol
 from sluice.errors import ErrorCode
-from sluice.records import VersionRecord
+from sluice.redis import keys
+from sluice.registry.records import VersionRecord
 
 from tests.integration.worker.harness import (
     ReplyStream,

@@ -11,9 +11,10 @@ from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import envelope, keys
+from sluice import envelope
 from sluice.errors import ErrorCode
-from sluice.records import WorkerRecord, WorkerStatus
+from sluice.redis import keys
+from sluice.registry.records import WorkerRecord, WorkerStatus
 
 from tests.integration.worker.harness import ReplyStream, WorkerProcess, enqueue, job, prediction, register
 from tests.support import models

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 import yaml
-from sluice import keys
-from sluice.records import VersionRecord, WorkerRecord
-from sluice.registry_store import RegistryStore
+from sluice.redis import keys
+from sluice.registry.records import VersionRecord, WorkerRecord
+from sluice.registry.store import RegistryStore
 from sluice_manager.supervision.worker_state import WorkerStateStore
 
 from examples.tiny_gpt.archive import CB_MODEL, build_archive

@@ -5,8 +5,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.errors import ErrorCode
+from sluice.redis import keys
 
 from tests.integration.worker.harness import ReplyStream, WorkerProcess, enqueue, job, register_sync
 from tests.support import models

@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import keys
-from sluice.pipelined_redis import PipelinedRedis
+from sluice.redis import keys
+from sluice.redis.pipelined import PipelinedRedis
 from sluice_worker.broker import outbox as outbox_module
 from sluice_worker.broker.outbox import Outbox
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from sluice import keys
+from sluice.redis import keys
 
 from tests.integration.worker.harness import ReplyStream, WorkerProcess, enqueue, job, prediction, register
 from tests.support import models

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from sluice import envelope, keys
+from sluice import envelope
 from sluice.envelope import Reply
 from sluice.errors import ErrorCode
-from sluice.pipelined_redis import PipelinedRedis
-from sluice.records import VersionRecord
+from sluice.redis import keys
+from sluice.redis.pipelined import PipelinedRedis
+from sluice.registry.records import VersionRecord
 from sluice_gateway.broker.redis_admission import RedisJobAdmission
 from sluice_gateway.broker.seam import Admission, SequenceStep
 from sluice_gateway.sequences import SequenceHeaders

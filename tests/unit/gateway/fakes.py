@@ -3,7 +3,7 @@
 import asyncio
 from typing import Any
 
-from sluice.records import StartupReport, VersionRecord, WorkerRecord, WorkerStatus
+from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord, WorkerStatus
 from sluice_gateway.broker.seam import BrokerUnavailable
 from sluice_gateway.metrics.cluster import VersionStats
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from sluice.envelope import Job, Reply, decode_job
 from sluice.errors import SluiceError
-from sluice.records import VersionRecord
+from sluice.registry.records import VersionRecord
 from sluice_gateway.broker.seam import Admission, BrokerUnavailable, SequenceStep
 from sluice_gateway.waiters import ReplyWaiters, StreamWaiter, UnaryWaiter
 

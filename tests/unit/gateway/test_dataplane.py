@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
-from sluice.records import VersionRecord
+from sluice.registry.records import VersionRecord
 from sluice_gateway.broker.seam import SequenceStep
 from sluice_gateway.dataplane import DataPlane, InferenceCall
 from sluice_gateway.inflight import PendingJob

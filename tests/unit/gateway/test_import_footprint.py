@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 # Each cost the running gateway megabytes: pydantic ~12 MiB (records and settings are sluice.typed
-# dataclasses), redis-py ~6 MiB (its control plane runs on sluice.control_redis).
+# dataclasses), redis-py ~6 MiB (its control plane runs on sluice.redis.control).
 KEPT_OUT = ("pydantic", "pydantic_core", "redis")
 
 

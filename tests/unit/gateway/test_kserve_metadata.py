@@ -121,7 +121,7 @@ def test_repository_index() -> None:
 
 
 def test_readiness_policies() -> None:
-    from sluice.records import StartupModel, StartupReport
+    from sluice.registry.records import StartupModel, StartupReport
 
     report = StartupReport(
         manager_pid=1,

@@ -4,8 +4,8 @@ import struct
 
 import pytest
 from sluice.errors import ErrorCode, SluiceError
-from sluice.http_listener import ListenAddress, parse_address
-from sluice.status_map import rest_error_type, rest_status
+from sluice.transport.http_listener import ListenAddress, parse_address
+from sluice.transport.status_map import rest_error_type, rest_status
 from sluice_gateway.kserve.rest_tensors import json_data, pack
 from sluice_gateway.metrics.exposition import MetricFamily, Sample, histogram_samples, render, select
 

@@ -2,7 +2,7 @@
 and the warnings for listeners reachable from the network."""
 
 import pytest
-from sluice.auth_grpc import TokenAuthInterceptor
+from sluice.auth.grpc_interceptor import TokenAuthInterceptor
 from sluice_gateway.security import gateway_security, warn_exposure
 from sluice_gateway.settings import GatewaySettings
 from sluice_manager.api import security as manager_security

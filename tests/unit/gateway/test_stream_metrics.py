@@ -2,7 +2,7 @@
 gauges, without sockets: the histogram, the families the data plane's observer feeds, the cluster
 families built from version stats."""
 
-from sluice.records import WorkerRecord, WorkerStatus
+from sluice.registry.records import WorkerRecord, WorkerStatus
 from sluice_gateway.inflight import StreamJob
 from sluice_gateway.metrics.cluster import VersionStats, families
 from sluice_gateway.metrics.exposition import render

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sluice import keys
+from sluice.redis import keys
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "kubernetes"
 MODEL, VERSION = "mnist", "1.0"

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from sluice.records import VersionRecord
+from sluice.registry.records import VersionRecord
 from sluice.typed import build
 from sluice_manager.api.model_views import (
     VersionView,

@@ -4,7 +4,7 @@ contract (tests/support/state_store_contract.py), on a simulated clock."""
 from collections.abc import Awaitable, Callable
 
 import pytest
-from sluice.records import VersionRecord, WorkerRecord
+from sluice.registry.records import VersionRecord, WorkerRecord
 
 from tests.support.memory_worker_state import MemoryWorkerState
 from tests.support.sim_clock import SimClock

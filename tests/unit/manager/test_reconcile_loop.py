@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from typing import Any
 
 import pytest
-from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
+from sluice.registry.records import VersionRecord, WorkerRecord, WorkerStatus
 from sluice_manager.supervision.launchers.base import WorkerExit
 from sluice_manager.supervision.policy import BACKOFF_S
 from structlog.testing import capture_logs

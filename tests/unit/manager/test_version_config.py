@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 from sluice.errors import ErrorCode, SluiceError
-from sluice.records import BatchPolicy, VersionRecord
+from sluice.registry.records import BatchPolicy, VersionRecord
 from sluice_manager.models.manifest import ArchiveContents, Manifest, ManifestModel
 from sluice_manager.models.version_config import (
     ModelsJson,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from sluice.auth_keys import (
+from sluice.auth.key_material import (
     Key,
     KeyKind,
     KeySet,
@@ -16,12 +16,12 @@ from sluice.auth_keys import (
     read_key_file,
     write_key_file,
 )
-from sluice.auth_policy import FAILED_MESSAGE, bearer_token, refusal
-from sluice.auth_settings import AuthSettings
-from sluice.auth_store import StoredKey, StoredKeys, Verdict, judge
+from sluice.auth.policy import FAILED_MESSAGE, bearer_token, refusal
+from sluice.auth.settings import AuthSettings
+from sluice.auth.store import StoredKey, StoredKeys, Verdict, judge
 from sluice.errors import ErrorCode
-from sluice.exposure import is_loopback_host
-from sluice.status_map import rest_error_type, rest_status
+from sluice.transport.exposure import is_loopback_host
+from sluice.transport.status_map import rest_error_type, rest_status
 
 NOW_MS = 1_800_000_000_000
 

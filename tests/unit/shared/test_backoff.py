@@ -1,7 +1,7 @@
 """The shared retry backoff: doubling delays up to a cap, reset, and jitter within each step."""
 
 import pytest
-from sluice.backoff import Backoff
+from sluice.lifecycle.backoff import Backoff
 
 
 def delays(backoff: Backoff, count: int) -> list[float]:

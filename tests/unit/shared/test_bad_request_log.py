@@ -1,7 +1,7 @@
-"""The bounded rate of bad-request log lines (sluice.bad_request_log), with a fake clock."""
+"""The bounded rate of bad-request log lines (sluice.transport.bad_request_log), with a fake clock."""
 
 from aiohttp.http_exceptions import BadStatusLine, InvalidHeader, LineTooLong
-from sluice.bad_request_log import LogBudget, reason
+from sluice.transport.bad_request_log import LogBudget, reason
 
 
 class Clock:

@@ -3,8 +3,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from sluice.config_properties import parse_properties
-from sluice.settings import CommonSettings
+from sluice.settings.common import CommonSettings
+from sluice.settings.config_properties import parse_properties
 
 
 def test_parse_properties_handles_comments_separators_and_continuations(

@@ -6,7 +6,7 @@ from typing import Any, cast
 import grpc
 import pytest
 from sluice.errors import ErrorCode, SluiceError, Unavailable
-from sluice.grpc_errors import StatusMapping, add_service, plain_details
+from sluice.transport.grpc_errors import StatusMapping, add_service, plain_details
 
 
 class Aborted(Exception):

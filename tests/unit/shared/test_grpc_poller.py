@@ -1,10 +1,14 @@
-"""The gRPC servers choose grpc.aio's poller before grpc loads (sluice/grpc_poller.py)."""
+"""The gRPC servers choose grpc.aio's poller before grpc loads (sluice/transport/grpc_poller.py)."""
 
 import subprocess
 import sys
 
 import pytest
-from sluice.grpc_poller import COMPLETION_QUEUE_POLLER, EXPERIMENTS_VARIABLE, use_completion_queue_poller
+from sluice.transport.grpc_poller import (
+    COMPLETION_QUEUE_POLLER,
+    EXPERIMENTS_VARIABLE,
+    use_completion_queue_poller,
+)
 
 
 def test_sets_the_completion_queue_poller() -> None:

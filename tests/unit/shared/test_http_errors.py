@@ -9,8 +9,8 @@ import structlog
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from sluice.errors import ErrorCode, SluiceError, Unavailable
-from sluice.http_errors import StreamBroken, TorchServeBodies, error_middleware
-from sluice.torchserve_http import empty_error
+from sluice.transport.http_errors import StreamBroken, TorchServeBodies, error_middleware
+from sluice.transport.torchserve_http import empty_error
 
 BODIES = TorchServeBodies(too_large=lambda: empty_error(413))
 

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 import yaml
 from sluice.kserve.declaration import ModelTensors, TensorSpec, parse_model_tensors
-from sluice.records import VersionRecord
+from sluice.registry.records import VersionRecord
 
 FULL = """
 sluice:

@@ -7,7 +7,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from sluice.model_artifact import ArtifactError, digest, unpack, write_tar
+from sluice.registry.artifact import ArtifactError, digest, unpack, write_tar
 
 
 def model_folder(root: Path) -> Path:

@@ -1,6 +1,7 @@
 import pytest
-from sluice import keys, names
 from sluice.errors import ErrorCode, SluiceError
+from sluice.redis import keys
+from sluice.registry import names
 
 
 @pytest.mark.parametrize("name", ["mnist", "resnet-18", "a.b_c", "A1", "x" * 128])

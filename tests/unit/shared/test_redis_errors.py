@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import redis.exceptions
-from sluice.redis_errors import RedisError, failures
+from sluice.redis.errors import RedisError, failures
 
 
 def test_redis_py_failures_count_once_redis_py_is_loaded() -> None:
@@ -12,6 +12,6 @@ def test_redis_py_failures_count_once_redis_py_is_loaded() -> None:
 
 
 def test_without_redis_py_only_sluice_failures_count() -> None:
-    script = "import sys; from sluice.redis_errors import failures; print(failures(), 'redis' in sys.modules)"
+    script = "import sys; from sluice.redis.errors import failures; print(failures(), 'redis' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    assert shown.strip() == "(<class 'sluice.redis_errors.RedisError'>,) False"
+    assert shown.strip() == "(<class 'sluice.redis.errors.RedisError'>,) False"

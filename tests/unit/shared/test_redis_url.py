@@ -1,7 +1,7 @@
 """Redis URLs as logs show them: the password masked, the rest kept."""
 
 import pytest
-from sluice.redis_url import redacted
+from sluice.redis.url import redacted
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,9 @@ from dataclasses import replace
 import grpc
 import pytest
 from sluice.errors import ErrorCode, SluiceError
-from sluice.records import WorkerRecord, WorkerStatus
-from sluice.registry import choose_version
-from sluice.status_map import grpc_details, grpc_status, grpc_status_for_http
+from sluice.registry.reader import choose_version
+from sluice.registry.records import WorkerRecord, WorkerStatus
+from sluice.transport.status_map import grpc_details, grpc_status, grpc_status_for_http
 
 
 def test_empty_version_means_default() -> None:

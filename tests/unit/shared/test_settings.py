@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Annotated, ClassVar
 
 import pytest
-from sluice.settings import CommonSettings, describe_error
+from sluice.settings.common import CommonSettings, describe_error
 from sluice.typed import Bounds, InvalidValue
 
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import pytest
 from sluice.kserve.declaration import ModelTensors, TensorSpec
-from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
+from sluice.registry.records import VersionRecord, WorkerRecord, WorkerStatus
 from sluice.typed import Bounds, Checked, InvalidValue, Port, PositiveInt, build, convert
 
 

@@ -3,7 +3,7 @@
 import io
 
 import pytest
-from sluice.worker_standby import Assignment, AssignmentError, await_assignment
+from sluice.lifecycle.worker_standby import Assignment, AssignmentError, await_assignment
 
 
 def test_an_assignment_round_trips_as_one_line() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from sluice.errors import ErrorCode
-from sluice.records import BatchPolicy
+from sluice.registry.records import BatchPolicy
 from sluice_worker.async_loop import AsyncWorker
 from sluice_worker.batch_policy import Batching
 from sluice_worker.exit_codes import ExitCode

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 from sluice.envelope import Job
-from sluice.records import BatchPolicy
+from sluice.registry.records import BatchPolicy
 from sluice_worker.batch_policy import RUN, Batching, Read, is_expired, next_step, split_batches
 from sluice_worker.delivery import Delivery
 

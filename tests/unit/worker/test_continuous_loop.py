@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from sluice.envelope import Reply
 from sluice.errors import ErrorCode
-from sluice.records import BatchPolicy
+from sluice.registry.records import BatchPolicy
 from sluice_worker.batch_policy import Batching
 from sluice_worker.continuous import ContinuousWorker
 from sluice_worker.exit_codes import ExitCode

@@ -1,7 +1,7 @@
 """The continuous-batching fill rule (TorchServe 0.12's ContinuousBatching / Model.pollInferJob)."""
 
 import pytest
-from sluice.records import BatchPolicy
+from sluice.registry.records import BatchPolicy
 from sluice_worker.batch_policy import RUN, Batching, Read, Run
 from sluice_worker.continuous_policy import next_fill
 

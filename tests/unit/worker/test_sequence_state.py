@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from sluice.errors import ErrorCode
-from sluice.records import BatchPolicy
+from sluice.registry.records import BatchPolicy
 from sluice_worker.batch_policy import Batching
 from sluice_worker.delivery import Delivery, SequenceTurn
 from sluice_worker.sequence_state import (

@@ -1,7 +1,7 @@
 """What a worker reports of its use with each heartbeat, CUDA paths included (chosen by configuration:
 no GPU is needed)."""
 
-from sluice.records import WorkerRecord, WorkerStatus
+from sluice.registry.records import WorkerRecord, WorkerStatus
 from sluice_worker.device import choose_device
 from sluice_worker.usage import MIB, BusyShare, usage_refresher
 

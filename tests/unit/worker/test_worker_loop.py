@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from sluice.errors import ErrorCode
-from sluice.records import BatchPolicy
+from sluice.registry.records import BatchPolicy
 from sluice_worker.batch_policy import Batching
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.torch_thread import TorchThread

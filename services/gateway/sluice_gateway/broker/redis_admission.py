@@ -17,12 +17,13 @@ import hashlib
 from pathlib import Path
 from typing import Any, cast
 
-from sluice import admission, keys
+from sluice import admission
 from sluice.admission import Outcome
 from sluice.log import get_logger
-from sluice.pipelined_redis import Arg, PipelinedRedis
-from sluice.records import VersionRecord
-from sluice.redis_errors import RedisError, ReplyError
+from sluice.redis import keys
+from sluice.redis.errors import RedisError, ReplyError
+from sluice.redis.pipelined import Arg, PipelinedRedis
+from sluice.registry.records import VersionRecord
 
 from sluice_gateway.broker.seam import Admission, BrokerUnavailable, SequenceStep
 

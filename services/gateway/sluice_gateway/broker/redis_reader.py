@@ -1,15 +1,16 @@
 """The gateway's :class:`~.seam.ClusterReader` on Redis: registry and worker records through
-:mod:`sluice.registry` on the gateway's control connection, the metrics scrape through
+:mod:`sluice.registry.reader` on the gateway's control connection, the metrics scrape through
 :mod:`.redis_stats`. Redis failures leave as :class:`~.seam.BrokerUnavailable`."""
 
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sluice import keys, registry
-from sluice.control_redis import ControlRedis
-from sluice.records import StartupReport, VersionRecord, WorkerRecord
-from sluice.redis_errors import RedisError
+from sluice.redis import keys
+from sluice.redis.control import ControlRedis
+from sluice.redis.errors import RedisError
+from sluice.registry import reader as registry
+from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord
 
 from sluice_gateway.broker import redis_stats
 from sluice_gateway.broker.seam import BrokerUnavailable

@@ -19,13 +19,13 @@ import asyncio
 import time
 from typing import Any
 
-from sluice.backoff import Backoff
-from sluice.cancellation import cancel_and_wait
 from sluice.envelope import FIELD, EnvelopeError, decode_reply
 from sluice.errors import SluiceError
+from sluice.lifecycle.backoff import Backoff
+from sluice.lifecycle.cancellation import cancel_and_wait
 from sluice.log import get_logger
-from sluice.pipelined_redis import PipelinedRedis
-from sluice.redis_errors import RedisError
+from sluice.redis.errors import RedisError
+from sluice.redis.pipelined import PipelinedRedis
 
 from sluice_gateway.waiters import ReplyWaiters, StreamWaiter, UnaryWaiter
 

@@ -7,9 +7,10 @@ the second).
 import json
 from typing import Any
 
-from sluice import keys, registry
-from sluice.control_redis import ControlRedis
-from sluice.records import VersionRecord, WorkerRecord
+from sluice.redis import keys
+from sluice.redis.control import ControlRedis
+from sluice.registry import reader as registry
+from sluice.registry.records import VersionRecord, WorkerRecord
 
 from sluice_gateway.metrics.cluster import VersionStats
 

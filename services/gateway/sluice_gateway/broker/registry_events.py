@@ -1,15 +1,15 @@
-"""Registry events on Redis pub/sub (:data:`sluice.keys.EVENTS_CHANNEL`): each one drops the registry
+"""Registry events on Redis pub/sub (:data:`sluice.redis.keys.EVENTS_CHANNEL`): each one drops the registry
 cache's entries of its model, so that a change reaches the gateway before the cache's TTL."""
 
 import asyncio
 import json
 
-from sluice import keys
-from sluice.backoff import Backoff
-from sluice.cancellation import cancel_and_wait
-from sluice.control_redis import ControlRedis
+from sluice.lifecycle.backoff import Backoff
+from sluice.lifecycle.cancellation import cancel_and_wait
 from sluice.log import get_logger
-from sluice.redis_errors import RedisError
+from sluice.redis import keys
+from sluice.redis.control import ControlRedis
+from sluice.redis.errors import RedisError
 
 from sluice_gateway.registry_cache import VersionResolver
 
@@ -17,7 +17,7 @@ log = get_logger(__name__)
 
 
 class RegistryEvents:
-    """Listens on :data:`sluice.keys.EVENTS_CHANNEL` and invalidates the cache.
+    """Listens on :data:`sluice.redis.keys.EVENTS_CHANNEL` and invalidates the cache.
 
     Every (re)subscription clears the whole cache: events published while we were not subscribed
     are lost."""

@@ -8,12 +8,12 @@ flight lost its reply path, so their calls fail at once with UNAVAILABLE instead
 import asyncio
 from pathlib import Path
 
-from sluice import keys
-from sluice.cancellation import cancel_and_wait
-from sluice.control_redis import ControlRedis
 from sluice.errors import ErrorCode, SluiceError
+from sluice.lifecycle.cancellation import cancel_and_wait
 from sluice.log import get_logger
-from sluice.redis_errors import RedisError
+from sluice.redis import keys
+from sluice.redis.control import ControlRedis
+from sluice.redis.errors import RedisError
 
 from sluice_gateway.broker.redis_replies import RedisReplies
 

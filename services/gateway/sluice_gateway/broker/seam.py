@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from sluice.records import StartupReport, VersionRecord, WorkerRecord
+from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord
 
 from sluice_gateway.metrics.cluster import VersionStats
 from sluice_gateway.waiters import StreamWaiter, UnaryWaiter

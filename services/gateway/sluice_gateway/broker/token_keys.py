@@ -1,8 +1,8 @@
-"""The token keys the gateway's verifier reads (:class:`sluice.auth_store.TokenStore`), on a Redis
+"""The token keys the gateway's verifier reads (:class:`sluice.auth.store.TokenStore`), on a Redis
 connection of their own (``token-keys``), opened by :func:`sluice_gateway.security.gateway_security`."""
 
-from sluice.auth_store import TokenStore
-from sluice.control_redis import ControlRedis
+from sluice.auth.store import TokenStore
+from sluice.redis.control import ControlRedis
 
 
 class RedisTokenKeys:

@@ -5,7 +5,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from sluice.cancellation import cancel_and_wait
+from sluice.lifecycle.cancellation import cancel_and_wait
 from sluice.log import get_logger
 
 from sluice_gateway.settings import GatewaySettings

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import Message
-from sluice.grpc_errors import Handler, StatusMapping, add_service, plain_details
+from sluice.transport.grpc_errors import Handler, StatusMapping, add_service, plain_details
 from sluice.v1 import kserve_pb2 as pb
 
 from sluice_gateway.grpc_api import RawContext

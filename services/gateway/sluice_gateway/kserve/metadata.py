@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sluice.kserve.datatypes import DATATYPES
 from sluice.kserve.declaration import TensorSpec
-from sluice.records import VersionRecord
+from sluice.registry.records import VersionRecord
 
 SERVER_NAME = "sluice"
 # The KServe/Triton extensions Sluice implements, exactly (ServerMetadata.extensions).

@@ -6,7 +6,7 @@ has its minimum of live workers; a model version is ready while it has a live wo
 from collections.abc import Mapping
 
 from sluice.log import get_logger
-from sluice.records import StartupReport
+from sluice.registry.records import StartupReport
 
 from sluice_gateway.broker.seam import BrokerUnavailable, ClusterReader
 

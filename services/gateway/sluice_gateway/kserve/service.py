@@ -15,10 +15,10 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sluice import names
 from sluice.envelope import Reply, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
-from sluice.records import VersionRecord
+from sluice.registry import names
+from sluice.registry.records import VersionRecord
 
 from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE, BrokerUnavailable, ClusterReader
 from sluice_gateway.dataplane import DataPlane, InferenceCall

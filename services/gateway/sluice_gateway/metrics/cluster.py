@@ -20,7 +20,7 @@ The gauges are built here from :class:`VersionStats`, which the broker's
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sluice.records import WorkerRecord
+from sluice.registry.records import WorkerRecord
 
 from sluice_gateway.metrics.exposition import MetricFamily, Sample, histogram_samples
 

@@ -1,13 +1,13 @@
-"""The gateway's REST error bodies, for :func:`sluice.http_errors.error_middleware`: KServe v2 paths
+"""The gateway's REST error bodies, for :func:`sluice.transport.http_errors.error_middleware`: KServe v2 paths
 (``/v2...``) answer ``{"error": "<message>"}`` as the v2 REST protocol specifies; every other path
 answers TorchServe's ``{"code", "type", "message"}`` (an oversized request: TorchServe's empty 413).
 """
 
 from aiohttp import web
 from sluice.errors import SluiceError
-from sluice.http_errors import TorchServeBodies, error_middleware
-from sluice.status_map import rest_status
-from sluice.torchserve_http import METHOD_NOT_ALLOWED_MESSAGE, NOT_FOUND_MESSAGE, empty_error
+from sluice.transport.http_errors import TorchServeBodies, error_middleware
+from sluice.transport.status_map import rest_status
+from sluice.transport.torchserve_http import METHOD_NOT_ALLOWED_MESSAGE, NOT_FOUND_MESSAGE, empty_error
 
 TOO_LARGE_MESSAGE = "Request body exceeds max_request_size."
 

@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from typing import Any
 
-from sluice.http_listener import HttpListener, parse_address
+from sluice.transport.http_listener import HttpListener, parse_address
 
 from sluice_gateway.broker.seam import ClusterReader
 from sluice_gateway.dataplane import DataPlane

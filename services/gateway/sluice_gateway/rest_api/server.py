@@ -2,14 +2,14 @@
 
 Middlewares, outermost first: the error middleware, then ``extra_middlewares`` (where token auth
 goes: its SluiceErrors map like any other), then the route. Each is served by a
-:class:`sluice.http_listener.HttpListener` that cancels a handler whose client disconnects.
+:class:`sluice.transport.http_listener.HttpListener` that cancels a handler whose client disconnects.
 """
 
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiohttp import web
-from sluice.torchserve_http import on_response_prepare
+from sluice.transport.torchserve_http import on_response_prepare
 
 from sluice_gateway.rest_api.errors import gateway_error_middleware
 

@@ -10,7 +10,7 @@ from contextlib import aclosing
 import grpc
 from google.protobuf.empty_pb2 import Empty
 from sluice.errors import ErrorCode, SluiceError
-from sluice.grpc_errors import StatusMapping, add_service
+from sluice.transport.grpc_errors import StatusMapping, add_service
 from sluice.v1 import torchserve_inference_pb2
 from sluice.v1.torchserve_inference_pb2 import TorchServeHealthResponse
 

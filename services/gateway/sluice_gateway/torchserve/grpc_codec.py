@@ -8,7 +8,7 @@ from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 from sluice.envelope import WireProtocol
 from sluice.errors import ErrorCode, SluiceError
-from sluice.status_map import grpc_status
+from sluice.transport.status_map import grpc_status
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
 from sluice_gateway.broker.seam import SequenceStep

@@ -13,11 +13,11 @@ client needs it for the sequence's next request (TorchServe sends it only if the
 from contextlib import aclosing
 
 from aiohttp import web
-from sluice import names
 from sluice.errors import SluiceError
-from sluice.http_errors import StreamBroken
 from sluice.log import get_logger
-from sluice.torchserve_http import REQUEST_ID, json_response
+from sluice.registry import names
+from sluice.transport.http_errors import StreamBroken
+from sluice.transport.torchserve_http import REQUEST_ID, json_response
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth

@@ -8,7 +8,7 @@ A request joins a sequence with the ``ts_request_sequence_id`` header (the names
 
 from aiohttp import hdrs, web
 from sluice.envelope import Reply, WireProtocol
-from sluice.torchserve_http import NO_CONTENT_TYPE
+from sluice.transport.torchserve_http import NO_CONTENT_TYPE
 
 from sluice_gateway.broker.seam import SequenceStep
 from sluice_gateway.dataplane import InferenceCall

@@ -13,12 +13,13 @@ import uuid
 from typing import Any, cast
 
 import redis.asyncio as aioredis
-from sluice import admission, envelope, keys
+from sluice import admission, envelope
 from sluice.admission import Outcome
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
-from sluice.records import VersionRecord
-from sluice.redis_client import connect
+from sluice.redis import keys
+from sluice.redis.client import connect
+from sluice.registry.records import VersionRecord
 
 Json = dict[str, Any]
 

@@ -15,12 +15,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from sluice import names
-from sluice.cancellation import cancel_and_wait
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
+from sluice.lifecycle.cancellation import cancel_and_wait
 from sluice.log import get_logger
-from sluice.records import VersionRecord
-from sluice.registry import choose_version
+from sluice.registry import names
+from sluice.registry.reader import choose_version
+from sluice.registry.records import VersionRecord
 
 from sluice_manager.api.describe_job import DescribeJobs
 from sluice_manager.api.model_api import require_model_api

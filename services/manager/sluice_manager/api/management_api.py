@@ -15,9 +15,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from aiohttp import web
-from sluice.cancellation import cancel_and_wait
-from sluice.http_listener import HttpListener, parse_address
+from sluice.lifecycle.cancellation import cancel_and_wait
 from sluice.log import get_logger
+from sluice.transport.http_listener import HttpListener, parse_address
 
 from sluice_manager.api.describe_job import DescribeJobs
 from sluice_manager.api.grpc_api.server import ManagementGrpcServer

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.records import VersionRecord
+from sluice.registry.records import VersionRecord
 
 Json = dict[str, Any]
 MAX_PAGE = 100

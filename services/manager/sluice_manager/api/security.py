@@ -7,13 +7,13 @@ management service itself (:mod:`sluice_manager.api.model_api`).
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
-from sluice.auth_grpc import TokenAuthInterceptor
-from sluice.auth_http import management_scope, token_middleware
-from sluice.auth_keys import KeyKind
-from sluice.auth_store import TokenStore, TokenVerifier
-from sluice.exposure import check_listener
-from sluice.http_listener import parse_address
+from sluice.auth.grpc_interceptor import TokenAuthInterceptor
+from sluice.auth.http_middleware import management_scope, token_middleware
+from sluice.auth.key_material import KeyKind
+from sluice.auth.store import TokenStore, TokenVerifier
 from sluice.log import get_logger
+from sluice.transport.exposure import check_listener
+from sluice.transport.http_listener import parse_address
 
 from sluice_manager.api.management_api import ApiSeams
 from sluice_manager.api.token_api import TokenRoutes

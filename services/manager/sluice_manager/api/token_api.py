@@ -16,7 +16,7 @@ Only served while token authorization is on (otherwise the route does not exist:
 import json
 
 from aiohttp import web
-from sluice.auth_keys import EXPIRING, KeyKind, key_entry
+from sluice.auth.key_material import EXPIRING, KeyKind, key_entry
 from sluice.errors import ErrorCode, SluiceError
 
 from sluice_manager.api.token_keys import KeyAuthority

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sluice.auth_keys import (
+from sluice.auth.key_material import (
     EXPIRING,
     Key,
     KeyKind,
@@ -24,7 +24,7 @@ from sluice.auth_keys import (
     read_key_file,
     write_key_file,
 )
-from sluice.auth_store import StoredKeys, TokenStore
+from sluice.auth.store import StoredKeys, TokenStore
 from sluice.log import get_logger
 
 log = get_logger(__name__)

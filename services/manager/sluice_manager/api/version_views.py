@@ -10,7 +10,7 @@ workers on any host have one.
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from sluice.records import VersionRecord, WorkerStatus
+from sluice.registry.records import VersionRecord, WorkerStatus
 
 from sluice_manager.api.model_views import VersionView, WorkerView
 from sluice_manager.stores import Stores

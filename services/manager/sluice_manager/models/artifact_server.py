@@ -1,12 +1,12 @@
 """The manager's artifact endpoint: ``GET /artifacts/{model}/{version}`` answers the version's folder
-as its artifact tar (sluice.model_artifact), written on the fly from the unpacked folder (no second
+as its artifact tar (sluice.registry.artifact), written on the fly from the unpacked folder (no second
 copy on disk), for workers on hosts that do not see the manager's models folder (worker containers,
 other machines). A worker checks what it received against the digest in the version record.
 
 Listens on ``sluice_artifact_address`` (loopback by default; in compose, the stack's network) and
 wants ``Authorization: Bearer <token>``, the token the first manager keeps in Redis
-(:data:`sluice.keys.ARTIFACT_TOKEN`): whoever may read Redis may fetch models, nobody else. The URL
-workers use is advertised in Redis (:data:`sluice.keys.ARTIFACT_URL`).
+(:data:`sluice.redis.keys.ARTIFACT_TOKEN`): whoever may read Redis may fetch models, nobody else. The URL
+workers use is advertised in Redis (:data:`sluice.redis.keys.ARTIFACT_URL`).
 """
 
 import asyncio
@@ -17,9 +17,12 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 from aiohttp import web
-from sluice import keys, model_artifact, names, registry
-from sluice.http_listener import HttpListener, ListenAddress, parse_address
 from sluice.log import get_logger
+from sluice.redis import keys
+from sluice.registry import artifact as model_artifact
+from sluice.registry import names
+from sluice.registry import reader as registry
+from sluice.transport.http_listener import HttpListener, ListenAddress, parse_address
 
 log = get_logger(__name__)
 

@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sluice import model_artifact
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
-from sluice.records import VersionRecord
+from sluice.registry import artifact as model_artifact
+from sluice.registry.records import VersionRecord
 
 from sluice_manager.models import archives
 from sluice_manager.models.fetch import Download, fetch
@@ -102,7 +102,7 @@ def describe_archive(
         options, contents, config.models_json, config.defaults,
         model_dir=str(model_dir), handler=handler, now_unix_ms=now_unix_ms,
     )  # fmt: skip
-    # Workers that do not see this folder fetch it by this digest (sluice.model_artifact).
+    # Workers that do not see this folder fetch it by this digest (sluice.registry.artifact).
     return dataclasses.replace(record, artifact_sha256=model_artifact.digest(model_dir))
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
-from sluice.registry import choose_version
+from sluice.registry.reader import choose_version
 
 from sluice_manager.models import archives
 from sluice_manager.stores import Stores

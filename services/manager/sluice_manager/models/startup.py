@@ -1,6 +1,6 @@
 """Startup: tidy the models folder, register the ``load_models`` archives, report the outcome.
 
-The report (:class:`sluice.records.StartupReport`) is what ``sluice start`` waits on: which versions
+The report (:class:`sluice.registry.records.StartupReport`) is what ``sluice start`` waits on: which versions
 were loaded at startup and how many workers each must have READY, plus the archives that failed.
 A failed archive is logged and skipped, as TorchServe does; the others still load.
 """
@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.errors import SluiceError
 from sluice.log import get_logger
-from sluice.records import StartupModel, StartupReport
+from sluice.redis import keys
+from sluice.registry.records import StartupModel, StartupReport
 
 from sluice_manager.models.archives import STAGING_PREFIX
 from sluice_manager.models.load_models import StartupModelSpec

@@ -28,11 +28,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sluice import names
 from sluice.errors import ErrorCode, SluiceError
 from sluice.kserve.declaration import ModelTensors, parse_model_tensors
 from sluice.log import get_logger
-from sluice.records import BatchPolicy, VersionRecord
+from sluice.registry import names
+from sluice.registry.records import BatchPolicy, VersionRecord
 
 from sluice_manager.memory_sizes import parse_bytes
 from sluice_manager.models.archives import printable

@@ -1,5 +1,5 @@
 """The manager's Celery application: long control-plane operations (archive download and unpacking,
-unregistering) run as tasks on the same Redis (keys under :data:`sluice.keys.CELERY_PREFIX`), never
+unregistering) run as tasks on the same Redis (keys under :data:`sluice.redis.keys.CELERY_PREFIX`), never
 anything of the inference path.
 
 A message carries only an operation id (JSON; pickle is refused): the operation itself is a record in
@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from celery import Celery
-from sluice import keys
+from sluice.redis import keys
 
 TASK_NAME = "sluice.run_operation"
 QUEUE = "sluice-control"

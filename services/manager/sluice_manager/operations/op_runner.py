@@ -6,9 +6,9 @@ as it is, one that another task is running is skipped, and past ``max_attempts``
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.errors import INTERNAL_MESSAGE, ErrorCode, SluiceError
 from sluice.log import get_logger
+from sluice.redis import keys
 
 from sluice_manager.models.fetch import Download
 from sluice_manager.models.registration import Registrar, RegistrationConfig

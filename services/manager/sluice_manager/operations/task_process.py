@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from sluice.backoff import Backoff
+from sluice.lifecycle.backoff import Backoff
 from sluice.log import get_logger
 
 log = get_logger(__name__)

@@ -10,8 +10,8 @@ import socket
 import sys
 
 from sluice.log import configure_logging, get_logger
-from sluice.redis_client import connect
-from sluice.settings import describe_error
+from sluice.redis.client import connect
+from sluice.settings.common import describe_error
 from sluice.typed import InvalidValue
 
 from sluice_manager.models.fetch import settings_download

@@ -1,5 +1,5 @@
 """What the manager's domain code reads and writes, as stores rather than a Redis client: the
-registry (its one writer, :class:`sluice.registry_store.RegistryStore`), the workers' state, the
+registry (its one writer, :class:`sluice.registry.store.RegistryStore`), the workers' state, the
 per-model locks, the version job streams and the control-plane operation records. Built once from a
 Redis client where the manager is wired (app, task worker) and passed down.
 
@@ -9,7 +9,7 @@ The bottom layer of the manager's domain: ``api`` -> ``operations`` -> ``models`
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from sluice.registry_store import RegistryStore
+from sluice.registry.store import RegistryStore
 
 from sluice_manager.stores.locks import ModelLocks
 from sluice_manager.stores.operations import OperationStore

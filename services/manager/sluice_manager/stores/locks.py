@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
-from sluice import keys
-from sluice.cancellation import cancel_and_wait
 from sluice.errors import ErrorCode, SluiceError
+from sluice.lifecycle.cancellation import cancel_and_wait
 from sluice.log import get_logger
+from sluice.redis import keys
 
 log = get_logger(__name__)
 

@@ -2,8 +2,8 @@
 how it ended. A Celery task runs an operation by id; the API call that created it waits on the record.
 
 An operation is created ``pending``, becomes ``running`` when a task claims it (holding its lease,
-:data:`sluice.keys.operation_lease`) and ends ``done`` or ``failed`` with a status and a client-safe
-message. Ids of unfinished operations sit in :data:`sluice.keys.OPEN_OPERATIONS`, so that a restarted
+:data:`sluice.redis.keys.operation_lease`) and ends ``done`` or ``failed`` with a status and a client-safe
+message. Ids of unfinished operations sit in :data:`sluice.redis.keys.OPEN_OPERATIONS`, so that a restarted
 manager finds those whose task died with its predecessor and submits them again. Finished records
 expire after :data:`FINISHED_TTL_S`.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
-from sluice import keys
 from sluice.errors import ErrorCode, SluiceError
+from sluice.redis import keys
 
 FINISHED_TTL_S = 24 * 3600
 _POLL_INTERVAL_S = 0.05

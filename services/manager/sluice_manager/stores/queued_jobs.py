@@ -5,10 +5,11 @@ leaves the stream (XACK + XDEL), so no client waits for its deadline and no job 
 from typing import Any, cast
 
 import redis.asyncio as aioredis
-from sluice import envelope, keys
+from sluice import envelope
 from sluice.envelope import EnvelopeError, Reply
 from sluice.errors import SluiceError
 from sluice.log import get_logger
+from sluice.redis import keys
 
 log = get_logger(__name__)
 

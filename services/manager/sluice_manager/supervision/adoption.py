@@ -3,7 +3,7 @@ those that died meanwhile, and adopt workers that run without a launch record, s
 neither duplicates nor orphans workers."""
 
 from sluice.log import get_logger
-from sluice.records import WorkerRecord
+from sluice.registry.records import WorkerRecord
 
 from sluice_manager.supervision.launchers.base import Launcher, LaunchRecord, Placement
 from sluice_manager.supervision.state_store import SupervisionStore

@@ -26,7 +26,7 @@ the queue alone says half of them are idle while all of them are needed.
 import math
 from dataclasses import dataclass, replace
 
-from sluice.records import VersionRecord
+from sluice.registry.records import VersionRecord
 
 # Loads within this of a whole number of workers round down (0.8 x 3.75 is not quite 3 in floats).
 ROUNDING = 1e-6

@@ -4,7 +4,7 @@ managers sharing a Redis share it and a stack with its own Redis never touches a
 import secrets
 
 import redis.asyncio as aioredis
-from sluice import keys
+from sluice.redis import keys
 
 
 async def cluster_id(redis: "aioredis.Redis", configured: str) -> str:

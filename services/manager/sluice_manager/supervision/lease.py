@@ -8,8 +8,8 @@ import time
 
 import psutil
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.log import get_logger
+from sluice.redis import keys
 
 log = get_logger(__name__)
 

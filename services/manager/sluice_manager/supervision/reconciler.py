@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 from sluice.log import get_logger
-from sluice.records import VersionRecord, WorkerRecord, WorkerStatus
+from sluice.registry.records import VersionRecord, WorkerRecord, WorkerStatus
 
 from sluice_manager.supervision import adoption
 from sluice_manager.supervision.launchers.base import (

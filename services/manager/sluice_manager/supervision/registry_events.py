@@ -1,4 +1,4 @@
-"""Registry events (:data:`sluice.keys.EVENTS_CHANNEL`) wake the reconcile loop at once: a version
+"""Registry events (:data:`sluice.redis.keys.EVENTS_CHANNEL`) wake the reconcile loop at once: a version
 registered, scaled or being removed by a control-plane task (another process) is acted on without
 waiting for the next reconcile interval. Pub/sub is at-most-once; the interval remains the safety net."""
 
@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
-from sluice import keys
 from sluice.log import get_logger
+from sluice.redis import keys
 
 log = get_logger(__name__)
 

@@ -5,7 +5,7 @@ log each change, and keep the state for a restarted manager and the metrics."""
 from collections.abc import Callable, Mapping
 
 from sluice.log import get_logger
-from sluice.records import VersionRecord
+from sluice.registry.records import VersionRecord
 
 from sluice_manager.supervision import autoscale
 from sluice_manager.supervision.autoscale import Signal, scaling_settings

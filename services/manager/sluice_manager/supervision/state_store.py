@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel
-from sluice.records import VersionRecord, WorkerRecord
+from sluice.registry.records import VersionRecord, WorkerRecord
 
 from sluice_manager.supervision.autoscale import ScalingState, Signal
 from sluice_manager.supervision.launchers.base import LaunchRecord

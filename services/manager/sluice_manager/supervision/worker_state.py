@@ -10,9 +10,10 @@ from typing import cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
-from sluice import keys, registry
 from sluice.log import get_logger
-from sluice.records import VersionRecord, VersionState, WorkerRecord
+from sluice.redis import keys
+from sluice.registry import reader as registry
+from sluice.registry.records import VersionRecord, VersionState, WorkerRecord
 
 from sluice_manager.supervision.autoscale import ScalingState, Signal
 from sluice_manager.supervision.launchers.base import LaunchRecord
@@ -48,7 +49,7 @@ def _worker(raw: bytes | str) -> WorkerRecord | None:
 
 
 def _version_field(model: str, version: str) -> str:
-    # Names never contain ":" (sluice.names), so the field splits back unambiguously.
+    # Names never contain ":" (sluice.registry.names), so the field splits back unambiguously.
     return f"{model}:{version}"
 
 

@@ -17,7 +17,7 @@ import enum
 import hashlib
 from pathlib import Path
 
-from sluice import keys
+from sluice.redis import keys
 
 _HERE = Path(__file__).parent
 

@@ -15,7 +15,7 @@
       platform: ""               # informational (ModelMetadata / ModelConfig)
 
 The manager parses it at registration (:func:`parse_model_tensors`) into
-:attr:`sluice.records.VersionRecord.tensors`; ModelMetadata, ModelConfig and the gateway's request
+:attr:`sluice.registry.records.VersionRecord.tensors`; ModelMetadata, ModelConfig and the gateway's request
 validation read it. A model that declares no tensors accepts any well-formed tensors.
 """
 

@@ -4,7 +4,7 @@ artifact endpoint, whose URL and token the manager advertises in Redis."""
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from sluice import keys
+from sluice.redis import keys
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis

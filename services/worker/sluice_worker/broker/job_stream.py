@@ -16,10 +16,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
-from sluice import envelope, keys
+from sluice import envelope
 from sluice.log import get_logger
-from sluice.pipelined_redis import Arg, PipelinedRedis
-from sluice.redis_errors import ReplyError
+from sluice.redis import keys
+from sluice.redis.errors import ReplyError
+from sluice.redis.pipelined import Arg, PipelinedRedis
 
 from sluice_worker.broker.outbox import DeadLetter, Fields, Outbox, settle
 from sluice_worker.delivery import Delivery

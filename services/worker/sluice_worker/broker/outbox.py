@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sluice import envelope, keys
+from sluice import envelope
 from sluice.log import get_logger
-from sluice.pipelined_redis import Arg, PipelinedRedis
-from sluice.redis_errors import RedisError, ReplyError
+from sluice.redis import keys
+from sluice.redis.errors import RedisError, ReplyError
+from sluice.redis.pipelined import Arg, PipelinedRedis
 
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import Outgoing

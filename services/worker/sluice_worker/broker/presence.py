@@ -13,9 +13,9 @@ from collections.abc import Callable
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from sluice import keys
 from sluice.log import get_logger
-from sluice.records import WorkerRecord, WorkerStatus
+from sluice.redis import keys
+from sluice.registry.records import WorkerRecord, WorkerStatus
 
 log = get_logger(__name__)
 

@@ -11,8 +11,8 @@ never loses entries.
 from collections.abc import Iterable, Mapping, Set
 
 import redis.asyncio as aioredis
-from sluice import keys
 from sluice.log import get_logger
+from sluice.redis import keys
 
 from sluice_worker.broker.job_stream import JobQueue, PendingEntry, decode_entries
 from sluice_worker.broker.outbox import DeadLetter, Fields

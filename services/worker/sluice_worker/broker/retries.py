@@ -7,9 +7,9 @@ from typing import TypeVar
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError as RedisPyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from sluice import redis_errors
-from sluice.backoff import Backoff
+from sluice.lifecycle.backoff import Backoff
 from sluice.log import get_logger
+from sluice.redis import errors as redis_errors
 
 from sluice_worker.broker.source import BrokerUnavailable
 
@@ -17,7 +17,7 @@ T = TypeVar("T")
 log = get_logger(__name__)
 
 # The worker talks to Redis through redis-py (bookkeeping, claim scans, heartbeats) and through
-# Sluice's pipelined client (the hot path), whose failures are sluice.redis_errors.
+# Sluice's pipelined client (the hot path), whose failures are sluice.redis.errors.
 # What a Redis that is down, restarting or still loading its AOF looks like (redis-py's
 # BusyLoadingError is a ConnectionError).
 REDIS_DOWN: tuple[type[BaseException], ...] = (

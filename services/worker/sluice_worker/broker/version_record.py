@@ -5,10 +5,10 @@ import asyncio
 import time
 
 import redis.asyncio as aioredis
-from sluice import registry
-from sluice.backoff import Backoff
+from sluice.lifecycle.backoff import Backoff
 from sluice.log import get_logger
-from sluice.records import VersionRecord
+from sluice.registry import reader as registry
+from sluice.registry.records import VersionRecord
 
 from sluice_worker.broker.retries import REDIS_DOWN
 

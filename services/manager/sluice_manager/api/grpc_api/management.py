@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 from sluice.errors import ErrorCode, SluiceError
-from sluice.grpc_errors import add_service
+from sluice.transport.grpc_errors import add_service
 from sluice.v1 import torchserve_management_pb2 as pb
 
 from sluice_manager.api.grpc_api.errors import MANAGEMENT_STATUS

@@ -1,12 +1,12 @@
-"""How the management port reports errors (:func:`sluice.http_errors.error_middleware`): TorchServe's
-bodies, a body over the size limit answered with TorchServe's RequestEntityTooLargeException, and a
-Redis that does not answer as 503."""
+"""How the management port reports errors (:func:`sluice.transport.http_errors.error_middleware`):
+TorchServe's bodies, a body over the size limit answered with TorchServe's RequestEntityTooLargeException,
+and a Redis that does not answer as 503."""
 
 from aiohttp import web
 from redis.exceptions import RedisError
 from sluice.errors import Unavailable
-from sluice.http_errors import TorchServeBodies, error_middleware
-from sluice.torchserve_http import error_body_response
+from sluice.transport.http_errors import TorchServeBodies, error_middleware
+from sluice.transport.torchserve_http import error_body_response
 
 REDIS_UNAVAILABLE = "Service unavailable: the registry is unreachable."
 

@@ -5,8 +5,8 @@ TorchServe's JSON: ``{"status": ...}`` with 200 (or 202 / 206), or the List/Desc
 from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
-from sluice import names
-from sluice.torchserve_http import json_response, status_response
+from sluice.registry import names
+from sluice.transport.torchserve_http import json_response, status_response
 
 from sluice_manager.api.management import ManagementService
 from sluice_manager.api.rest_api import params

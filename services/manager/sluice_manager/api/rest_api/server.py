@@ -1,5 +1,5 @@
 """The management port's aiohttp application, served on ``management_address`` by a
-:class:`sluice.http_listener.HttpListener`.
+:class:`sluice.transport.http_listener.HttpListener`.
 
 Middlewares, outermost first: the error middleware, then ``extra_middlewares`` (token authorization,
 the model-API switch: their SluiceErrors map like any other), then the route. ``extra_routes`` adds
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
-from sluice.torchserve_http import on_response_prepare
+from sluice.transport.torchserve_http import on_response_prepare
 
 from sluice_manager.api.management import ManagementService
 from sluice_manager.api.rest_api.errors import management_error_middleware

@@ -3,7 +3,7 @@ Docker engine, or someone else (compose, a Kubernetes Deployment). The reconcile
 protocol; a launcher is chosen by name from :mod:`sluice_manager.supervision.launchers.registry`.
 
 Everything a launcher must remember about a worker lives in its :class:`LaunchRecord`, kept in Redis
-(:data:`sluice.keys.LAUNCHED_WORKERS`) so that a restarted manager adopts what its predecessor
+(:data:`sluice.redis.keys.LAUNCHED_WORKERS`) so that a restarted manager adopts what its predecessor
 started: the generic fields every launcher has, the :class:`Placement` the policy chose (so a
 restarted manager does not hand out a GPU an adopted worker holds), and launcher-specific ``details``
 (a process's start time and log file, a container's name).

@@ -8,7 +8,7 @@ children (reaped with ``poll``) and of adopted processes (checked by pid and sta
 them for :meth:`ProcessLauncher.exits`.
 
 With a ``standby_command``, one worker process is kept started ahead (``--standby``, see
-:mod:`sluice.worker_standby`): a new worker is that process, assigned its model version through its
+:mod:`sluice.lifecycle.worker_standby`): a new worker is that process, assigned its model version through its
 stdin, and skips the imports that are most of a worker's start. The next standby starts a moment
 later, so that its imports do not compete with the worker that is loading its model. A standby that
 exits before it is needed turns standbys off (with a warning) instead of restarting in a loop.

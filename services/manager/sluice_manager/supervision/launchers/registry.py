@@ -5,8 +5,8 @@ import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from sluice.lifecycle.worker_standby import STANDBY_FLAG
 from sluice.log import get_logger
-from sluice.worker_standby import STANDBY_FLAG
 
 from sluice_manager.settings import ManagerSettings
 from sluice_manager.supervision import gpus

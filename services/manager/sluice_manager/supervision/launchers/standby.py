@@ -1,5 +1,5 @@
 """The process launcher's standby worker: one ``python -m sluice_worker --standby`` process that
-imported torch and ``ts`` ahead of time and waits on its stdin (:mod:`sluice.worker_standby`).
+imported torch and ``ts`` ahead of time and waits on its stdin (:mod:`sluice.lifecycle.worker_standby`).
 Starting a worker hands it its arguments and log file, so the worker skips the ~1 s of imports that
 were most of its start. The next standby starts a moment later, so that its imports do not compete
 with the worker loading its model. A standby that exits unused turns standbys off with a warning
@@ -15,8 +15,8 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from sluice.lifecycle.worker_standby import STANDBY_FLAG, Assignment
 from sluice.log import get_logger
-from sluice.worker_standby import STANDBY_FLAG, Assignment
 
 from sluice_manager.supervision.launchers import local_process
 

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
-from sluice import envelope, keys
+from sluice import envelope
 from sluice.envelope import EnvelopeError
 from sluice.log import get_logger
-from sluice.pipelined_redis import Arg, PipelinedRedis
-from sluice.records import VersionRecord
+from sluice.redis import keys
+from sluice.redis.pipelined import Arg, PipelinedRedis
+from sluice.registry.records import VersionRecord
 
 from sluice_worker.broker.outbox import DeadLetter, Outbox, settle
 from sluice_worker.broker.redis_source import mapped

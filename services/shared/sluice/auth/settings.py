@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from sluice.settings import CommonSettings
+from sluice.settings.common import CommonSettings
 from sluice.typed import Bounds, NonNegativeFloat
 
 # "torchserve": TorchServe 0.12's codes (gRPC PERMISSION_DENIED, REST 400 InvalidKeyException) for

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self, Union, get_args, get_origin
 
-from sluice.config_properties import properties_path, read_properties
+from sluice.settings.config_properties import properties_path, read_properties
 from sluice.typed import InvalidValue, field_hints, field_values
 
 ENV_PREFIX = "SLUICE_"

@@ -1,6 +1,6 @@
 """Records the manager writes to Redis and gateways and workers read: model versions and workers.
 
-Stored as JSON in hashes (see :mod:`sluice.keys`), never pickled. Field names carry units.
+Stored as JSON in hashes (see :mod:`sluice.redis.keys`), never pickled. Field names carry units.
 """
 
 import enum
@@ -35,7 +35,7 @@ class VersionRecord(Checked):
     model_url: str
     model_dir: str
     handler: str
-    # SHA-256 of the folder's artifact tar (sluice.model_artifact): how a worker that does not see
+    # SHA-256 of the folder's artifact tar (sluice.registry.artifact): how a worker that does not see
     # model_dir fetches and checks it. "" for versions registered before artifacts existed.
     artifact_sha256: str = ""
     runtime: str = "python"
@@ -173,7 +173,7 @@ class StartupModel(Checked):
 
 @dataclass(frozen=True, kw_only=True)
 class StartupReport(Checked):
-    """The manager's startup report (:data:`sluice.keys.STARTUP_REPORT`); ``sluice start`` waits on it.
+    """The manager's startup report (:data:`sluice.redis.keys.STARTUP_REPORT`); ``sluice start`` waits on it.
 
     ``errors`` hold client-safe messages for startup models that could not be registered."""
 
@@ -185,5 +185,5 @@ class StartupReport(Checked):
 
 
 def event(kind: str, model: str, version: str = "") -> str:
-    """A registry event published on :data:`sluice.keys.EVENTS_CHANNEL`."""
+    """A registry event published on :data:`sluice.redis.keys.EVENTS_CHANNEL`."""
     return json.dumps({"kind": kind, "model": model, "version": version})

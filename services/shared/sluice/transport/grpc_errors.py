@@ -1,8 +1,8 @@
 """Errors to gRPC statuses, for every rpc of the gateway's and the manager's services: a service is
 registered through :func:`add_service`, which wraps each of its handlers, so no rpc can miss it.
 
-Known failures arrive as :class:`SluiceError` and map through :mod:`sluice.status_map`. Anything else
-is a bug: the client gets INTERNAL with a generic message, the log gets the traceback and request id
+Known failures arrive as :class:`SluiceError` and map through :mod:`sluice.transport.status_map`. Anything
+else is a bug: the client gets INTERNAL with a generic message, the log gets the traceback and request id
 (:func:`sluice.errors.as_sluice_error`). What differs between services is a parameter of
 :class:`StatusMapping`: how details are written (TorchServe's ``"<message>\\n<java class>"``, or the bare
 message for KServe v2) and which exceptions mean a dependency is down.
@@ -19,7 +19,7 @@ from typing import Any, TypeAlias, TypeVar
 import grpc
 
 from sluice.errors import SluiceError, Unavailable, as_sluice_error
-from sluice.status_map import grpc_details, grpc_status
+from sluice.transport.status_map import grpc_details, grpc_status
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")

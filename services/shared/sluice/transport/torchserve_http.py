@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import hdrs, web
 
 from sluice.errors import SluiceError
-from sluice.status_map import rest_error_type, rest_status
+from sluice.transport.status_map import rest_error_type, rest_status
 
 REQUEST_ID_HEADER = "x-request-id"
 CACHE_HEADERS = {

@@ -12,11 +12,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from sluice.bad_request_log import BadRequestLog, LogBudget
+from sluice.transport.bad_request_log import BadRequestLog, LogBudget
 
 # aiohttp reads a timeout of 0 as "no timeout": a zero grace still cancels at once with this.
 _MIN_GRACE_S = 0.001
-# Lines about unparsable requests, per listener (sluice.bad_request_log).
+# Lines about unparsable requests, per listener (sluice.transport.bad_request_log).
 BAD_REQUEST_LOG_LIMIT = 10
 BAD_REQUEST_LOG_INTERVAL_S = 60.0
 

@@ -1,7 +1,7 @@
 """Errors to HTTP, in one aiohttp middleware per application (the outermost, so that the errors of
 the token and model-API middlewares map here too), for the gateway's and the manager's REST ports.
 
-Domain errors map through :mod:`sluice.status_map`; aiohttp's routing and request errors (404, 405,
+Domain errors map through :mod:`sluice.transport.status_map`; aiohttp's routing and request errors (404, 405,
 413, a bad request) get the API's own texts; anything else is a bug: a generic 500, the traceback and
 request id in the log (:func:`sluice.errors.as_sluice_error`). What differs between APIs is the body,
 an :class:`ErrorBodies`: TorchServe's ``{"code", "type", "message"}`` (:class:`TorchServeBodies`), or
@@ -16,8 +16,8 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from sluice import torchserve_http
 from sluice.errors import SluiceError, Unavailable, as_sluice_error
+from sluice.transport import torchserve_http
 
 # Log context a request binds (the gateway binds it when it creates the job); it ends with the request.
 REQUEST_CONTEXT = ("request_id", "model", "version")

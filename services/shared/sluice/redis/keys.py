@@ -2,7 +2,7 @@
 
 Keys of one model version share the hash tag ``{name:version}`` so that a Redis Cluster keeps them in
 one slot (the enqueue script touches several of them atomically). A gateway's keys share ``{gw:id}``.
-Model names and versions are validated (:mod:`sluice.names`) before they reach this module, so they
+Model names and versions are validated (:mod:`sluice.registry.names`) before they reach this module, so they
 never contain ``{``, ``}`` or ``:``.
 """
 
@@ -33,7 +33,7 @@ def model(name: str) -> str:
 
 
 def version_config(model: str, version: str) -> str:
-    """Hash holding a model version's record (see :mod:`sluice.records`)."""
+    """Hash holding a model version's record (see :mod:`sluice.registry.records`)."""
     return f"{_version_tag(model, version)}:config"
 
 
@@ -170,6 +170,6 @@ def version_keys_pattern(model: str, version: str) -> str:
     return f"{_version_tag(model, version)}:*"
 
 
-# Token authorization (sluice.auth_store): hash kind -> SHA-256 digest of its key, plus
+# Token authorization (sluice.auth.store): hash kind -> SHA-256 digest of its key, plus
 # "<kind>_expires_ms". Written by the manager (startup, /token); read by every API process.
 AUTH_KEYS = f"{PREFIX}:auth:keys"

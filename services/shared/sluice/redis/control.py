@@ -1,10 +1,10 @@
 """The gateway's control-plane Redis client: registry and key reads, health probes, the reply-stream
-script and registry events (pub/sub), on Sluice's pipelined connection (:mod:`sluice.pipelined_redis`).
+script and registry events (pub/sub), on Sluice's pipelined connection (:mod:`sluice.redis.pipelined`).
 
 It offers the part of redis-py's asyncio API that the gateway and the shared registry and key-store
 modules call, with the same names and reply types (bytes, ``dict`` for HGETALL, ``True`` for PING),
 so those modules serve the manager's redis-py client and this one alike. Failures are
-:mod:`sluice.redis_errors`. Why not redis-py in the gateway: importing any of it loads all of it,
+:mod:`sluice.redis.errors`. Why not redis-py in the gateway: importing any of it loads all of it,
 ~6 MiB of the gateway's 60 MiB memory target.
 
 Unlike the redis-py clients of the other services, a command is not retried after a lost
@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from sluice.pipelined_redis import Arg, PipelinedRedis
-from sluice.redis_errors import RedisDown, ReplyError
+from sluice.redis.errors import RedisDown, ReplyError
+from sluice.redis.pipelined import Arg, PipelinedRedis
 
 COMMAND_TIMEOUT_S = 5.0
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from sluice.auth_settings import TokenErrorCodes
-from sluice.auth_store import Verdict
+from sluice.auth.settings import TokenErrorCodes
+from sluice.auth.store import Verdict
 from sluice.errors import ErrorCode, SluiceError
 
 FAILED_MESSAGE = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"

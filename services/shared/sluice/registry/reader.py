@@ -1,19 +1,19 @@
 """Reading the model registry in Redis (gateways, workers and the manager; the manager writes it
-through :class:`sluice.registry_store.RegistryStore`).
+through :class:`sluice.registry.store.RegistryStore`).
 
 Version resolution is a pure function (:func:`choose_version`) so it can be tested without Redis.
 """
 
 from typing import TYPE_CHECKING
 
-from sluice import keys
 from sluice.errors import ErrorCode, SluiceError
-from sluice.records import VersionRecord, WorkerRecord
+from sluice.redis import keys
+from sluice.registry.records import VersionRecord, WorkerRecord
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from sluice.control_redis import ControlRedis
+    from sluice.redis.control import ControlRedis
 
     # The readers serve the gateway's client and the other services' redis-py client.
     AnyRedis = aioredis.Redis | ControlRedis

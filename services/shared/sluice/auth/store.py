@@ -14,15 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sluice import keys, redis_errors
-from sluice.auth_keys import Key, KeyKind, KeySet, digest
+from sluice.auth.key_material import Key, KeyKind, KeySet, digest
 from sluice.log import get_logger
+from sluice.redis import errors as redis_errors
+from sluice.redis import keys
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
     from redis.typing import EncodableT, FieldT
 
-    from sluice.control_redis import ControlRedis
+    from sluice.redis.control import ControlRedis
 
 log = get_logger(__name__)
 

@@ -1,8 +1,8 @@
 """The model registry's one writer: every change is written and announced on
-:data:`sluice.keys.EVENTS_CHANNEL` in one ``MULTI``/``EXEC``, so no reader (a gateway's cache, the
+:data:`sluice.redis.keys.EVENTS_CHANNEL` in one ``MULTI``/``EXEC``, so no reader (a gateway's cache, the
 reconcile loop) can see a change whose event never comes, nor an event before its change.
 
-Reads are the free functions of :mod:`sluice.registry` (gateways use them through their own Redis
+Reads are the free functions of :mod:`sluice.registry.reader` (gateways use them through their own Redis
 client); this store offers them too, so the manager's domain code needs only the store. Callers
 serialise read-check-write sequences of one model with the manager's per-model lock.
 """
@@ -11,8 +11,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sluice import keys, registry
-from sluice.records import VersionRecord, VersionState, event
+from sluice.redis import keys
+from sluice.registry import reader as registry
+from sluice.registry.records import VersionRecord, VersionState, event
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis

@@ -3,7 +3,7 @@
 Three keys, as in TorchServe: the *inference* key (inference APIs), the *management* key (management
 APIs) and the *API* key (only for ``/token``, which renews the other two). Sluice's keys carry 256
 random bits (TorchServe's carry 48). Redis holds only their SHA-256 digests and expiry times
-(:mod:`sluice.auth_store`); the plaintext exists in the key file (mode 0600) and in the answer to
+(:mod:`sluice.auth.store`); the plaintext exists in the key file (mode 0600) and in the answer to
 ``/token``, nowhere else.
 
 The file keeps TorchServe's shape, so scripts that read it keep working::

@@ -3,16 +3,16 @@ every command issued during one event-loop turn leaves in a single write.
 
 Why not redis-py here: per command it takes a pooled connection, builds and parses in Python and
 writes once (profiles showed 20 to 35% of the gateway's and the worker's CPU in it). This client keeps
-what the hot path needs — commands in order on one socket, failures as :mod:`sluice.redis_errors` —
-and nothing else. The gateway's control plane runs on it too (:mod:`sluice.control_redis`); the
+what the hot path needs — commands in order on one socket, failures as :mod:`sluice.redis.errors` —
+and nothing else. The gateway's control plane runs on it too (:mod:`sluice.redis.control`); the
 worker's and the manager's off-hot-path work (management, heartbeats, claim scans) stays on redis-py.
 
 Contract:
 - :meth:`send` queues a command and returns a future for its reply; the bytes go out at the end of the
   current loop turn together with the other commands queued in it. Replies come back in order.
-- Redis error replies resolve the future with :class:`sluice.redis_errors.ReplyError`.
+- Redis error replies resolve the future with :class:`sluice.redis.errors.ReplyError`.
 - The connection opens on first use and again after it was lost; a loss (or a reply overdue past its
-  timeout) fails every command in flight with :class:`sluice.redis_errors.RedisDown`. Nothing is
+  timeout) fails every command in flight with :class:`sluice.redis.errors.RedisDown`. Nothing is
   retried here: whether a command may run twice is the caller's call.
 - Messages nobody asked for (pub/sub) go to ``on_push``; ``on_lost`` hears of every lost connection.
 - A blocking command (``XREAD BLOCK``) holds the connection: give blocking reads a client of their own,
@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import hiredis
 
 from sluice.log import get_logger
-from sluice.redis_errors import RedisDown, ReplyError
+from sluice.redis.errors import RedisDown, ReplyError
 
 log = get_logger(__name__)
 

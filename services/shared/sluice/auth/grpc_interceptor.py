@@ -14,10 +14,10 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from sluice.auth_keys import KeyKind
-from sluice.auth_policy import Refusal, bearer_token, refusal
-from sluice.auth_settings import TokenErrorCodes
-from sluice.auth_store import TokenVerifier
+from sluice.auth.key_material import KeyKind
+from sluice.auth.policy import Refusal, bearer_token, refusal
+from sluice.auth.settings import TokenErrorCodes
+from sluice.auth.store import TokenVerifier
 from sluice.log import get_logger
 
 log = get_logger(__name__)

@@ -1,4 +1,4 @@
-"""What Sluice's own Redis clients (:mod:`sluice.pipelined_redis`, :mod:`sluice.control_redis`) raise.
+"""What Sluice's own Redis clients (:mod:`sluice.redis.pipelined`, :mod:`sluice.redis.control`) raise.
 
 They do not raise redis-py's classes: importing any part of redis-py loads all of it (~6 MiB in the
 gateway, which uses no redis-py). The worker uses both kinds of client (``sluice_worker.broker.retries``

@@ -1,0 +1,1 @@
+"""Settings every service shares (CommonSettings) and TorchServe config.properties support."""

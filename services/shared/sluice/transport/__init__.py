@@ -1,0 +1,2 @@
+"""What the gRPC and HTTP fronts share: errors to statuses, listeners and their addresses,
+TorchServe's HTTP conventions, exposure warnings."""
