@@ -18,6 +18,7 @@ from typing import Any, cast
 import psutil
 import redis
 from sluice.redis import keys
+from sluice.redis.client import connect_sync
 
 from tests.support.redis_server import free_port
 
@@ -85,8 +86,9 @@ class Stack:
             self.sluice("stop", timeout_s=120)
 
     def redis(self) -> "redis.Redis":
-        """The private Redis, as the services reach it (the URL in the pid file has its password)."""
-        return redis.Redis.from_url(self.pid_file()["redis_url"], socket_timeout=5)
+        """Sluice's Redis, as the services reach it (the URL in the pid file has the private one's
+        password, or names the Sentinels)."""
+        return connect_sync(self.pid_file()["redis_url"], timeout_s=5)
 
     def pid_file(self) -> dict[str, Any]:
         loaded: dict[str, Any] = json.loads((self.home / "sluice.pid").read_text())

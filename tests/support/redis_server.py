@@ -9,7 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import redis
@@ -41,11 +41,12 @@ def free_port() -> int:
 class RedisServer:
     """``redis-server`` bound to 127.0.0.1 on a free port, with AOF (appendfsync always) in ``data_dir``."""
 
-    def __init__(self, data_dir: Path, *, appendonly: bool = True) -> None:
+    def __init__(self, data_dir: Path, *, appendonly: bool = True, extra_args: Sequence[str] = ()) -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError("redis-server is not on PATH")
         self.data_dir = data_dir
         self.appendonly = appendonly
+        self.extra_args = list(extra_args)
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -74,6 +75,7 @@ class RedisServer:
         ]  # fmt: skip
         if self.socket_path is not None:
             args += ["--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
+        args += self.extra_args
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

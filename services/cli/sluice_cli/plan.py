@@ -70,7 +70,7 @@ def build_plan(
 ) -> SupervisorPlan:
     """The plan of a start; writes the private Redis's config (a new password) and, with ``fresh``
     (--ncs), empties its data folder."""
-    private = not settings.external_redis_url
+    private = settings.private_redis
     password = write_redis_config(runtime.redis_config) if private else ""
     redis_url = settings.service_redis_url(runtime.redis_socket, password)
     state = PidFile.new(runtime, redis_url, private_redis=private, gateway_target=settings.gateway_target)

@@ -7,6 +7,7 @@ from typing import Annotated, ClassVar
 from urllib.parse import quote
 
 from sluice.auth.settings import AuthSettings
+from sluice.redis.target import is_sentinel, with_password
 from sluice.typed import Bounds, NonNegativeInt, PositiveFloat
 
 # A port to listen on or connect to (never 0: the CLI must know it).
@@ -45,7 +46,8 @@ class CliSettings(AuthSettings):
     model_store: Path | None = None
     load_models: str = ""
     default_startup_timeout_s: Annotated[int, Bounds(ge=1)] = 120
-    # An existing Redis to use; empty: `sluice start` runs a private one on redis_port.
+    # An existing Redis to use; empty (and no Sentinels listed): `sluice start` runs a private one on
+    # redis_port.
     external_redis_url: str = ""
     redis_port: FixedPort = 6399
     worker_stop_timeout_s: PositiveFloat = 30.0
@@ -60,12 +62,21 @@ class CliSettings(AuthSettings):
         else the private one with its ``password``, through its unix ``socket`` when it has one (a
         loopback TCP round trip costs more CPU and latency on every job; its TCP port stays open for
         tools)."""
-        if self.external_redis_url:
-            return self.external_redis_url
+        if not self.private_redis:
+            return (
+                self.redis_url
+                if is_sentinel(self.redis_url)
+                else with_password(self.external_redis_url, self.redis_password)
+            )
         credentials = f":{quote(password, safe='')}@" if password else ""
         if socket is not None:
             return f"unix://{credentials}{socket}?db=0"
         return f"redis://{credentials}{LOOPBACK}:{self.redis_port}/0"
+
+    @property
+    def private_redis(self) -> bool:
+        """Whether ``sluice start`` runs its own Redis: neither an external Redis nor Sentinels are set."""
+        return not self.external_redis_url and not is_sentinel(self.redis_url)
 
     @property
     def gateway_target(self) -> str:

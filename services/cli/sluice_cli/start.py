@@ -1,5 +1,6 @@
-"""``sluice start``: check the ports, plan the services (a private Redis unless ``sluice_redis_url``,
-the manager, the gateway) and hand them to a supervisor that restarts them when they crash: a
+"""``sluice start``: check the ports (and that a Sentinel names the master, when Sentinels are set),
+plan the services (a private Redis unless ``sluice_redis_url`` or ``sluice_redis_sentinels``, the
+manager, the gateway) and hand them to a supervisor that restarts them when they crash: a
 detached one that answers once Sluice serves (the default), or this process with ``--foreground``."""
 
 import signal
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sluice.log import configure_logging
+from sluice.redis.target import is_sentinel, parse_sentinel_url
 
 from sluice_cli import output
 from sluice_cli.children import exit_description
@@ -20,6 +22,9 @@ from sluice_cli.settings import LOOPBACK, CliSettings
 from sluice_cli.stop import stop_all, stop_budget_s
 from sluice_cli.supervise import MARKER
 from sluice_cli.supervisor import Supervisor, interrupt_on_signals
+
+# How long each Sentinel may take to answer the preflight's question.
+SENTINEL_TIMEOUT_S = 2.0
 
 
 def start(
@@ -50,8 +55,12 @@ def _preflight(settings: CliSettings, options: StartOptions) -> str:
         )
     if settings.model_store is not None and not settings.model_store.is_dir():
         return f"model store {settings.model_store} is not a folder"
-    if not settings.external_redis_url and port_in_use(LOOPBACK, settings.redis_port):
+    if settings.private_redis and port_in_use(LOOPBACK, settings.redis_port):
         return f"port {settings.redis_port} for the private Redis is in use (set sluice_redis_port)"
+    if is_sentinel(settings.redis_url):
+        problem = _sentinel_problem(settings.redis_url)
+        if problem:
+            return problem
     host = settings.gateway_target.rsplit(":", 1)[0]
     if port_in_use(host, settings.grpc_inference_port):
         return f"the gRPC inference port {settings.gateway_target} is in use (set grpc_inference_port)"
@@ -61,6 +70,17 @@ def _preflight(settings: CliSettings, options: StartOptions) -> str:
             f"the gRPC management port {management_host}:{settings.grpc_management_port} is in use "
             "(set grpc_management_port)"
         )
+    return ""
+
+
+def _sentinel_problem(url: str) -> str:
+    """Why Sluice cannot start on these Sentinels (empty: one of them names the master)."""
+    from sluice.redis.sentinel import NoMaster, master_address_sync
+
+    try:
+        master_address_sync(parse_sentinel_url(url), SENTINEL_TIMEOUT_S)
+    except NoMaster as exc:
+        return f"{exc} (set sluice_redis_sentinels and sluice_redis_sentinel_master)"
     return ""
 
 

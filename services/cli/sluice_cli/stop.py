@@ -90,10 +90,12 @@ def kill_leftover_workers(redis_url: str) -> int:
     """SIGKILL workers on this host that a manager started and did not stop (it was killed, or it
     timed out). Identified by pid, start time and a word of the command line (``--worker-id <id>`` or
     the record's marker) from the launch records."""
-    import redis  # here: `sluice start` reaches this module before it needs Redis (its start time)
+    # Here: `sluice start` reaches this module before it needs Redis (its start time).
+    import redis
+    from sluice.redis.client import connect_sync
 
     try:
-        client = redis.Redis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        client = connect_sync(redis_url, timeout_s=2.0)
         raw = client.hgetall(keys.LAUNCHED_WORKERS)
         client.close()
     except redis.RedisError:

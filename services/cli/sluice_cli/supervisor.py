@@ -80,7 +80,7 @@ class Supervisor:
         """Wait until Redis answers, the gateway serves and the startup models are READY; a service
         that exits meanwhile fails the start (no restarts before Sluice first served)."""
         # Imported once the services run: grpc and redis take a good part of the CLI's own start.
-        import redis
+        from sluice.redis.client import connect_sync
 
         from sluice_cli.readiness import wait_until_ready
 
@@ -88,7 +88,7 @@ class Supervisor:
             self._wait_for_redis()
         manager = self.state.get("manager")
         assert manager is not None
-        client = redis.Redis.from_url(self.state.redis_url, socket_timeout=2.0)
+        client = connect_sync(self.state.redis_url, timeout_s=2.0)
         try:
             return wait_until_ready(
                 client,
@@ -109,8 +109,9 @@ class Supervisor:
 
     def _wait_for_redis(self) -> None:
         import redis
+        from sluice.redis.client import connect_sync
 
-        client = redis.Redis.from_url(self.state.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        client = connect_sync(self.state.redis_url, timeout_s=0.5)
         deadline = time.monotonic() + REDIS_START_TIMEOUT_S
         try:
             while time.monotonic() < deadline:

@@ -27,7 +27,6 @@ class GatewaySettings(AuthSettings):
         "inference_address": "inference_address",
         "metrics_address": "metrics_address",
         "enable_metrics_api": "enable_metrics_api",
-        "sluice_redis_url": "redis_url",
         "ts_header_key_sequence_id": "header_key_sequence_id",
         "ts_header_key_sequence_start": "header_key_sequence_start",
         "ts_header_key_sequence_end": "header_key_sequence_end",

@@ -54,7 +54,6 @@ class ManagerSettings(AuthSettings):
         "grpc_management_port": "grpc_management_port",
         "max_request_size": "max_request_size",
         # Sluice's keys.
-        "sluice_redis_url": "redis_url",
         "sluice_redis_port": "redis_port",
         "sluice_launcher": "launcher",
         "sluice_cluster_id": "cluster_id",

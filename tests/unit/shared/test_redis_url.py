@@ -15,6 +15,10 @@ from sluice.redis.url import redacted
         ("unix:///r.sock?db=1&password=s3cret", "unix:///r.sock?db=1&password=***"),
         ("unix:///r.sock", "unix:///r.sock"),
         ("redis://[::1", "***"),
+        (
+            "redis+sentinel://:s3cret@10.0.0.1:26379,10.0.0.2:26379/m/0?sentinel_password=s3cret",
+            "redis+sentinel://:***@10.0.0.1:26379,10.0.0.2:26379/m/0?sentinel_password=***",
+        ),
     ],
 )
 def test_redacted(url: str, shown: str) -> None:

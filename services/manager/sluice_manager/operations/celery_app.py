@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from celery import Celery
 from sluice.redis import keys
+from sluice.redis.target import is_sentinel, parse_sentinel_url
 
 TASK_NAME = "sluice.run_operation"
 QUEUE = "sluice-control"
@@ -22,7 +23,13 @@ QUEUE = "sluice-control"
 
 def broker_url(redis_url: str) -> str:
     """Celery's spelling of ``redis_url``: kombu reads a unix socket only as ``redis+socket://``
-    (database in ``virtual_host``); other URLs are the same for both."""
+    (database in ``virtual_host``) and Sentinels as ``sentinel://...;sentinel://...`` (the master's
+    name in :func:`transport_options`); other URLs are the same for both."""
+    if is_sentinel(redis_url):
+        target = parse_sentinel_url(redis_url)
+        credentials = f":{quote(target.password, safe='')}@" if target.password else ""
+        nodes = (f"sentinel://{credentials}{host}:{port}/{target.db}" for host, port in target.sentinels)
+        return ";".join(nodes)
     parts = urlsplit(redis_url)
     if parts.scheme != "unix":
         return redis_url
@@ -32,6 +39,19 @@ def broker_url(redis_url: str) -> str:
     username = unquote(parts.username or "") or query.get("username", [""])[0]
     credentials = f"{quote(username, safe='')}:{quote(password, safe='')}@" if password else ""
     return f"redis+socket://{credentials}{parts.path}?virtual_host={db}"
+
+
+def transport_options(redis_url: str, visibility_timeout_s: float) -> dict[str, object]:
+    options: dict[str, object] = {
+        "visibility_timeout": visibility_timeout_s,
+        "global_keyprefix": keys.CELERY_PREFIX,
+    }
+    if is_sentinel(redis_url):
+        target = parse_sentinel_url(redis_url)
+        options["master_name"] = target.master
+        if target.sentinel_password:
+            options["sentinel_kwargs"] = {"password": target.sentinel_password}
+    return options
 
 
 def celery_app(redis_url: str, *, visibility_timeout_s: float) -> Celery:
@@ -51,10 +71,7 @@ def celery_app(redis_url: str, *, visibility_timeout_s: float) -> Celery:
         worker_send_task_events=False,
         worker_enable_remote_control=False,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={
-            "visibility_timeout": visibility_timeout_s,
-            "global_keyprefix": keys.CELERY_PREFIX,
-        },
+        broker_transport_options=transport_options(redis_url, visibility_timeout_s),
     )
     return app
 

@@ -14,6 +14,10 @@ Contract:
 - The connection opens on first use and again after it was lost; a loss (or a reply overdue past its
   timeout) fails every command in flight with :class:`sluice.redis.errors.RedisDown`. Nothing is
   retried here: whether a command may run twice is the caller's call.
+- Through Sentinel (a ``redis+sentinel://`` URL, :mod:`sluice.redis.target`) each new connection asks
+  the Sentinels for the master and checks ``ROLE`` before use. A replica's answer (``READONLY``, or
+  ``UNBLOCKED`` when a master is turned into a replica under a blocked read) counts as a lost
+  connection, so the next command finds the master that a failover promoted.
 - Messages nobody asked for (pub/sub) go to ``on_push``; ``on_lost`` hears of every lost connection.
 - A blocking command (``XREAD BLOCK``) holds the connection: give blocking reads a client of their own,
   and pass a timeout longer than the block.
@@ -31,6 +35,8 @@ import hiredis
 
 from sluice.log import get_logger
 from sluice.redis.errors import RedisDown, ReplyError
+from sluice.redis.sentinel import master_address
+from sluice.redis.target import SentinelTarget, is_sentinel, parse_sentinel_url
 
 log = get_logger(__name__)
 
@@ -57,9 +63,21 @@ def _classify(error: ReplyError) -> Exception:
     return RedisDown(message) if message.startswith("LOADING") else error
 
 
+# Error replies that mean the connection reached a replica (a master demoted by a failover): the
+# connection is dropped, so that the next one goes to the master.
+_NOT_MASTER = ("READONLY", "UNBLOCKED", "MASTERDOWN")
+
+
+def _not_master(reply: Any) -> str:
+    """Why a ``ROLE`` reply disqualifies a connection (empty: it is the master's)."""
+    role = reply[0] if isinstance(reply, list) and reply else reply
+    return "" if role == b"master" else f"Redis there is not the master (role {role!r})"
+
+
 @dataclass(frozen=True)
 class Endpoint:
-    """Where and how to connect, from a ``redis://``, ``rediss://`` or ``unix://`` URL."""
+    """Where and how to connect, from a ``redis://``, ``rediss://``, ``unix://`` or
+    ``redis+sentinel://`` URL (then ``host`` and ``port`` are asked of the Sentinels per connection)."""
 
     host: str = "127.0.0.1"
     port: int = 6379
@@ -68,11 +86,16 @@ class Endpoint:
     username: str | None = None
     password: str | None = None
     tls: bool = False
+    sentinel: SentinelTarget | None = None
 
     @classmethod
     def from_url(cls, url: str) -> "Endpoint":
-        """``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` or
-        ``unix://[[user]:password@]/path[?db=N]`` (redis-py's forms); ValueError if it is none."""
+        """``redis://[[user]:password@]host[:port][/db]``, ``rediss://...``,
+        ``unix://[[user]:password@]/path[?db=N]`` (redis-py's forms) or a Sentinel URL; ValueError if
+        it is none."""
+        if is_sentinel(url):
+            target = parse_sentinel_url(url)
+            return cls(db=target.db, username=target.username, password=target.password, sentinel=target)
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"not a Redis URL (redis://, rediss:// or unix://): {url!r}")
@@ -103,6 +126,8 @@ class Endpoint:
             commands.append(auth if self.username is None else ("AUTH", self.username, self.password))
         if self.db:
             commands.append(("SELECT", self.db))
+        if self.sentinel is not None:
+            commands.append(("ROLE",))
         return commands
 
 
@@ -110,7 +135,7 @@ class Endpoint:
 class _Pending:
     future: "asyncio.Future[Any]"
     deadline: float
-    # AUTH / SELECT of a new connection: a refusal closes the connection.
+    # AUTH / SELECT / ROLE of a new connection: a refusal (or a replica's ROLE) closes the connection.
     handshake: bool = False
 
 
@@ -204,6 +229,9 @@ class PipelinedRedis:
         protocol = _Protocol(self)
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                if endpoint.sentinel is not None:
+                    host, port = await master_address(endpoint.sentinel, CONNECT_TIMEOUT_S / 2)
+                    endpoint = Endpoint(host=host, port=port)
                 if endpoint.path is not None:
                     transport, _ = await loop.create_unix_connection(lambda: protocol, endpoint.path)
                 else:
@@ -211,7 +239,7 @@ class PipelinedRedis:
                     transport, _ = await loop.create_connection(
                         lambda: protocol, endpoint.host, endpoint.port, ssl=context
                     )
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, RedisDown) as exc:
             self._connecting = None
             self._fail_all(RedisDown(f"{self._name}: cannot connect to Redis: {exc}"))
             return
@@ -220,7 +248,7 @@ class PipelinedRedis:
             raise
         self._transport, self._protocol, self._connecting = transport, protocol, None
         self._reader = hiredis.Reader(protocolError=_BadReply, replyError=ReplyError)
-        commands = endpoint.handshake()
+        commands = self._endpoint.handshake()
         deadline = loop.time() + self._timeout_s
         self._pending.extendleft(_Pending(loop.create_future(), deadline, handshake=True) for _ in commands)
         self._out[:0] = [pack(command) for command in commands]
@@ -252,9 +280,12 @@ class PipelinedRedis:
                 return
             item = self._pending.popleft()
             future = item.future
-            if item.handshake and isinstance(reply, ReplyError):
-                log.error("redis refused the connection", client=self._name, error=str(reply))
-                self._disconnect(RedisDown(f"{self._name}: Redis refused the connection: {reply}"))
+            if item.handshake and (refusal := self._refusal(reply)):
+                log.error("redis refused the connection", client=self._name, error=refusal)
+                self._disconnect(RedisDown(f"{self._name}: Redis refused the connection: {refusal}"))
+                return
+            if isinstance(reply, ReplyError) and str(reply).startswith(_NOT_MASTER):
+                self._disconnect(RedisDown(f"{self._name}: Redis is no longer the master: {reply}"))
                 return
             if future.done():  # its caller was cancelled (or a handshake step): the reply is consumed
                 continue
@@ -262,6 +293,15 @@ class PipelinedRedis:
                 future.set_exception(_classify(reply))
             else:
                 future.set_result(reply)
+
+    def _refusal(self, reply: Any) -> str:
+        """Why a handshake reply closes the connection (empty: it does not). Only a Sentinel
+        endpoint sends ROLE, the last step of its handshake."""
+        if isinstance(reply, ReplyError):
+            return str(reply)
+        if isinstance(reply, list) and reply and isinstance(reply[0], bytes):
+            return _not_master(reply)
+        return ""
 
     def _lost(self, protocol: _Protocol, exc: Exception | None) -> None:
         if protocol is not self._protocol:

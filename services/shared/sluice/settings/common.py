@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self, Union, get_args, get_origin
 
+from sluice.redis.target import effective_url
 from sluice.settings.config_properties import properties_path, read_properties
 from sluice.typed import InvalidValue, field_hints, field_values
 
@@ -27,9 +28,22 @@ ENV_PREFIX = "SLUICE_"
 @dataclass(init=False, kw_only=True)
 class CommonSettings:
     # TorchServe config.properties key -> field name; subclasses extend it.
-    TS_KEYS: ClassVar[dict[str, str]] = {}
+    TS_KEYS: ClassVar[dict[str, str]] = {
+        "sluice_redis_url": "redis_url",
+        "sluice_redis_sentinels": "redis_sentinels",
+        "sluice_redis_sentinel_master": "redis_sentinel_master",
+        "sluice_redis_password": "redis_password",
+        "sluice_redis_sentinel_password": "redis_sentinel_password",
+    }
 
+    # The Redis to use. Once built, the one the other redis_* settings mean (sluice.redis.target):
+    # with Sentinels listed, a redis+sentinel:// URL of their master.
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # Redis Sentinels (host:port,host:port...) and the name of the master they watch.
+    redis_sentinels: str = ""
+    redis_sentinel_master: str = ""
+    redis_password: str = ""
+    redis_sentinel_password: str = ""
     log_format: Literal["console", "json"] = "console"
     log_level: str = "info"
     ts_config: Path | None = None
@@ -42,6 +56,16 @@ class CommonSettings:
             raise TypeError(f"{cls.__name__} must be declared with @dataclass(init=False, kw_only=True)")
         for name, value in field_values(cls, layered_values(cls, explicit, os.environ)).items():
             setattr(self, name, value)
+        try:
+            self.redis_url = effective_url(
+                self.redis_url,
+                sentinels=self.redis_sentinels,
+                master=self.redis_sentinel_master,
+                password=self.redis_password,
+                sentinel_password=self.redis_sentinel_password,
+            )
+        except ValueError as exc:
+            raise InvalidValue("redis_sentinels", str(exc)) from None
         self.check()
 
     def check(self) -> None:
