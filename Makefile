@@ -11,14 +11,14 @@ PYTEST := $(PY) -m pytest
 
 .PHONY: help install proto lint fmt test test-tiers test-unit test-integration test-e2e test-compat test-compose \
         test-compose-tier compose-images compose-up compose-down gpu-check run stop bench bench-quick \
-        bench-containers bench-sequences bench-autoscale bench-generate clean
+        bench-containers bench-sequences bench-autoscale bench-generate bench-failover clean
 
 help:
 	@echo "make run           start redis, manager, gateway and the demo model (Ctrl-C stops)"
 	@echo "make test          venv, dependencies, protos, lint, then every test tier (a Docker engine for"
 	@echo "                   tests/docker and the compose stack's fast checks is installed and started)"
 	@echo "make test-compose  the compose stack's faults under load and supervision on a real Docker engine"
-	@echo "make compose-up    engine, images, then the compose stack (GATEWAYS=N, GPU=1; docs/containers.md)"
+	@echo "make compose-up    engine, images, then the compose stack (GATEWAYS=N, GPU=1, HA=1; docs/containers.md)"
 	@echo "make compose-down  the stack, its worker containers and network (REMOVE_VOLUMES=1: also its data)"
 	@echo "make gpu-check     the GPU variant end to end on an NVIDIA GPU (prints SKIPPED without one)"
 	@echo "make install       venv + dependencies + generated protos + the 'sluice' CLI"
@@ -82,7 +82,8 @@ test-compose-tier: install
 
 # The compose stack (docs/containers.md): a Docker engine (installed and started when none answers),
 # the images from this tree, then `compose up` waiting until the demo model answers. GATEWAYS=N gateways
-# behind the published port; GPU=1 with docker-compose.gpu.yml. compose-down also removes the worker
+# behind the published port; GPU=1 with docker-compose.gpu.yml; HA=1 with docker-compose.ha.yml (Redis
+# Sentinel; give compose-down HA=1 too). compose-down also removes the worker
 # containers the manager started and stops an engine compose-up started.
 compose-images: install
 	bash scripts/docker_engine.sh start
@@ -130,6 +131,11 @@ bench-autoscale: install
 # batching (gRPC and REST), TorchServe 0.12 (REST) and the handler in-process. ARGS=--quick for a short run.
 bench-generate: install
 	$(PY) -m bench.generate $(ARGS)
+
+# The broker failing over (bench/failover.py): what a Sentinel failover costs clients under a steady
+# load, and Sentinel against a single Redis on the hot path. ARGS=--quick for a short run.
+bench-failover: install
+	$(PY) -m bench.failover $(ARGS)
 
 # Worker containers against worker processes (bench/containers.py); needs a Docker engine and the images.
 bench-containers: compose-images

@@ -4,6 +4,7 @@
 #   BASE_IMAGE   base of every image (default local/base:bookworm, built by scripts/build_base_image.sh;
 #                python:3.11-slim where a registry is reachable)
 #   REDIS_IMAGE  image of the redis service (default: BASE_IMAGE when it is local/base:bookworm, else redis:7)
+#   HA=1         with docker-compose.ha.yml (Redis Sentinel: a master, two replicas, three Sentinels)
 #   COMPOSE_PROJECT_NAME  the stack's name (default: what compose itself takes, the repository folder's
 #                name, so `make compose-down` and a plain `docker compose` agree)
 # shellcheck shell=bash
@@ -12,6 +13,9 @@ if [[ -z ${REDIS_IMAGE:-} ]]; then
     if [[ $BASE_IMAGE == local/base:bookworm ]]; then REDIS_IMAGE=$BASE_IMAGE; else REDIS_IMAGE=redis:7; fi
 fi
 export REDIS_IMAGE
+if [[ ${HA:-0} == 1 && " ${COMPOSE_FILES:-} " != *" docker-compose.ha.yml "* ]]; then
+    export COMPOSE_FILES="${COMPOSE_FILES:-} docker-compose.ha.yml"
+fi
 if [[ -z ${COMPOSE_PROJECT_NAME:-} ]]; then
     COMPOSE_PROJECT_NAME=$(basename "$SLUICE_ROOT" | tr '[:upper:]' '[:lower:]' | tr -cd 'a-z0-9_-')
 fi

@@ -100,19 +100,21 @@ class ComposeStack:
     management_port: int
     management_rest_port: int
     settings: dict[str, str] = field(default_factory=dict)
+    # Override files besides docker-compose.yml (docker-compose.ha.yml), as COMPOSE_FILES has them.
+    files: tuple[str, ...] = ()
     _keys: dict[str, str] = field(default_factory=dict)
     _cluster: str = ""
 
     @classmethod
-    def create(cls, root: Path, **settings: str) -> "ComposeStack":
-        """A stack whose model store is ``root/store``; ``settings`` are extra environment variables
-        (the stack's own variables and the SLUICE_* settings it passes through)."""
+    def create(cls, root: Path, files: tuple[str, ...] = (), **settings: str) -> "ComposeStack":
+        """A stack whose model store is ``root/store``, with override ``files``; ``settings`` are extra
+        environment variables (the stack's own variables and the SLUICE_* settings it passes through)."""
         store = root / "store"
         store.mkdir(parents=True, exist_ok=True)
         store.chmod(0o755)  # the manager reads it as its own user
         project = f"sluicet{secrets.token_hex(3)}"
         grpc, rest, metrics, management, management_rest = (free_port() for _ in range(5))
-        return cls(project, store, grpc, rest, metrics, management, management_rest, dict(settings))
+        return cls(project, store, grpc, rest, metrics, management, management_rest, dict(settings), files)
 
     @property
     def grpc_target(self) -> str:
@@ -138,6 +140,7 @@ class ComposeStack:
             MANAGER_PORT=str(self.management_port),
             MANAGER_REST_PORT=str(self.management_rest_port),
             SLUICE_ENABLE_MODEL_API="true",
+            COMPOSE_FILES=" ".join(self.files),
         )
         env.update(self.settings)
         return env
@@ -147,7 +150,11 @@ class ComposeStack:
         self, *args: str, timeout_s: float = UP_TIMEOUT_S, check: bool = True
     ) -> "subprocess.CompletedProcess[str]":
         done = subprocess.run(
-            [*compose_program(), "-f", str(ROOT / "docker-compose.yml"), *args],
+            [
+                *compose_program(),
+                *(arg for name in ("docker-compose.yml", *self.files) for arg in ("-f", str(ROOT / name))),
+                *args,
+            ],
             cwd=ROOT,
             env=self.environment(),
             capture_output=True,

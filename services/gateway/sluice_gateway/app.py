@@ -28,6 +28,7 @@ from sluice_gateway.broker.redis_admission import RedisJobAdmission
 from sluice_gateway.broker.redis_reader import RedisClusterReader
 from sluice_gateway.broker.redis_replies import RedisReplies
 from sluice_gateway.broker.registry_events import RegistryEvents
+from sluice_gateway.broker.replica_wait import ReplicaWait
 from sluice_gateway.broker.reply_stream_keeper import ReplyStreamKeeper
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api.server import Readiness, add_reflection, create_server
@@ -81,7 +82,10 @@ class Gateway:
         )
         self.cache = RegistryCache(self.cluster, ttl_s=settings.registry_cache_ttl_s)
         self.events = RegistryEvents(self.redis, self.cache)
-        self.admission = RedisJobAdmission(self._hot_redis)
+        self.admission = RedisJobAdmission(
+            self._hot_redis,
+            ReplicaWait(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
+        )
         self.sequence_headers = SequenceHeaders(
             settings.header_key_sequence_id,
             settings.header_key_sequence_start,

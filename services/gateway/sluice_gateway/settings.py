@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, ClassVar
 
 from sluice.auth.settings import AuthSettings
-from sluice.typed import Bounds, NonNegativeFloat, Port, PositiveFloat, PositiveInt
+from sluice.typed import Bounds, NonNegativeFloat, NonNegativeInt, Port, PositiveFloat, PositiveInt
 
 # Gateway ids end up inside Redis keys ({gw:<id>}), so they use a key-safe alphabet.
 GATEWAY_ID_PATTERN = r"^[A-Za-z0-9_\-.]{1,64}$"
@@ -30,6 +30,8 @@ class GatewaySettings(AuthSettings):
         "ts_header_key_sequence_id": "header_key_sequence_id",
         "ts_header_key_sequence_start": "header_key_sequence_start",
         "ts_header_key_sequence_end": "header_key_sequence_end",
+        "sluice_redis_wait_replicas": "redis_wait_replicas",
+        "sluice_redis_wait_timeout_ms": "redis_wait_timeout_ms",
     }
 
     # TorchServe's keys and defaults.
@@ -79,6 +81,10 @@ class GatewaySettings(AuthSettings):
     registry_cache_ttl_s: PositiveFloat = 5.0
     # Cancel flags outlive the job's deadline by this much.
     cancel_margin_s: PositiveFloat = 60.0
+    # Redis WAIT after each enqueue: a job is admitted once this many replicas have it, or once the
+    # timeout passed (then it is admitted all the same, and logged). 0: no WAIT. See docs/failover.md.
+    redis_wait_replicas: NonNegativeInt = 0
+    redis_wait_timeout_ms: PositiveInt = 100
 
     @property
     def grpc_max_receive_size(self) -> int:

@@ -10,6 +10,10 @@ transaction's extra commands cost more than the copies save. Both run on the gat
 hot-path connection: the enqueues of all the calls that arrived in one event-loop turn reach Redis in
 one write. EVALSHA falls back to EVAL after a Redis restart. A stateful model's jobs go through
 ``enqueue_sequence.lua`` (its sequence's stream, held by one worker).
+
+With ``sluice_redis_wait_replicas`` set, an admitted job's call goes on once that many replicas hold
+the job (:mod:`.replica_wait`): a failover then loses it only if it loses those replicas too
+(docs/failover.md).
 """
 
 import asyncio
@@ -25,6 +29,7 @@ from sluice.redis.errors import RedisError, ReplyError
 from sluice.redis.pipelined import Arg, PipelinedRedis
 from sluice.registry.records import VersionRecord
 
+from sluice_gateway.broker.replica_wait import ReplicaBarrier, ReplicaWait
 from sluice_gateway.broker.seam import Admission, BrokerUnavailable, SequenceStep
 
 log = get_logger(__name__)
@@ -58,8 +63,9 @@ def admission_of(outcome: object) -> Admission:
 
 
 class RedisJobAdmission:
-    def __init__(self, redis: PipelinedRedis) -> None:
+    def __init__(self, redis: PipelinedRedis, replica_wait: ReplicaWait | None = None) -> None:
         self._redis = redis
+        self._barrier = ReplicaBarrier(redis, replica_wait or ReplicaWait())
         # Fire-and-forget tasks are referenced until done (the loop keeps only weak references).
         self._background: set[asyncio.Task[None]] = set()
 
@@ -83,7 +89,7 @@ class RedisJobAdmission:
             raise BrokerUnavailable(str(exc)) from exc
         except RedisError as exc:
             raise BrokerUnavailable(str(exc)) from exc
-        return admission_of(outcome)
+        return await self._replicated(admission_of(outcome))
 
     async def enqueue_sequence(self, record: VersionRecord, job: bytes, step: SequenceStep) -> Admission:
         """Add ``job`` to its sequence's stream (enqueue_sequence.lua), or say why not."""
@@ -112,7 +118,13 @@ class RedisJobAdmission:
             raise BrokerUnavailable(str(exc)) from exc
         except RedisError as exc:
             raise BrokerUnavailable(str(exc)) from exc
-        return admission_of(outcome)
+        return await self._replicated(admission_of(outcome))
+
+    async def _replicated(self, admission: Admission) -> Admission:
+        """``admission``, once the replicas asked for hold an admitted job (:mod:`.replica_wait`)."""
+        if self._barrier.enabled and admission in (Admission.ADMITTED, Admission.ADMITTED_COLD):
+            await self._barrier.after_write()
+        return admission
 
     async def _add_then_admit(self, script_keys: list[str], job: bytes) -> object:
         """``XADD`` then the rule's check of an added job in one transaction; the script's outcome."""

@@ -57,10 +57,11 @@ def pack(command: tuple[Arg, ...]) -> bytes:
 
 
 def _classify(error: ReplyError) -> Exception:
-    """A Redis that is still loading its data counts as down, so callers wait it out like a restart;
-    other error replies stay ReplyError."""
+    """A Redis that is still loading its data counts as down, so callers wait it out like a restart,
+    and so does a master refusing writes for want of replicas (``min-replicas-to-write``); other error
+    replies stay ReplyError."""
     message = str(error)
-    return RedisDown(message) if message.startswith("LOADING") else error
+    return RedisDown(message) if message.startswith(("LOADING", "NOREPLICAS")) else error
 
 
 # Error replies that mean the connection reached a replica (a master demoted by a failover): the

@@ -1,0 +1,212 @@
+"""The broker failing over: ``make bench-failover`` (``python -m bench.failover``; ``--quick``).
+
+1. What a failover costs clients. Sluice on Redis Sentinel (a master, two replicas and three Sentinels
+   on loopback, ``down-after-milliseconds`` 1000, the Sentinels' quorum 2) serves the MLP model (batch
+   1, one worker) to a steady closed-loop load of ``clients`` gRPC clients; the master is SIGKILLed,
+   then restarted to rejoin as a replica, ``kills`` times. Per kill: the outage (from the first failed
+   call to the first call answered after it), the time from the kill until inference answered again,
+   and the calls that failed meanwhile (by status).
+2. What Sentinel costs when nothing fails: C=1 latency and throughput at C=16 through the private Redis
+   of ``sluice start`` and through Sentinel, in the same rounds (alternating order; the other idle).
+
+Redis Cluster is not measured: Sluice does not run on it yet. Prints Markdown tables and writes
+``bench/results/failover-<timestamp>.json``. Not a test: nothing is asserted.
+"""
+
+import argparse
+import asyncio
+import json
+import logging
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from bench.loadgen import classify, grpc_channel, grpc_unary_load, run_async
+from bench.models import Variant, build_archives
+from bench.payloads import PREDICTIONS_METHOD, predictions_request, tensor_bytes
+from bench.servers.sluice import SluiceServer
+from bench.stats import latency_summary_ms, spread
+from tests.support.redis_sentinel import MASTER_NAME, SentinelGroup
+
+ROOT = Path(__file__).resolve().parent
+WORK = ROOT / ".work" / "failover"
+RESULTS = ROOT / "results"
+MODEL = Variant("mlp")
+CALL_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    clients: int = 8
+    kills: int = 3
+    # Load before each kill, and after the model answers again.
+    settle_s: float = 5.0
+    window_s: float = 10.0
+    warmup_s: float = 2.0
+    rounds: int = 3
+    throughput_concurrency: int = 16
+
+
+QUICK = Sizes(kills=1, settle_s=2.0, window_s=3.0, warmup_s=1.0, rounds=1)
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    started: float
+    ended: float
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Outage:
+    outage_s: float
+    served_again_after_kill_s: float
+    failed: dict[str, int]
+    calls: int
+
+
+def outage_of(calls: list[CallRecord], killed_at: float) -> Outage:
+    """The first failure after the kill, the first answer after it, and the failures meanwhile."""
+    failures = sorted(
+        (call for call in calls if call.error and call.ended >= killed_at), key=lambda c: c.ended
+    )
+    first_failure = failures[0].ended if failures else killed_at
+    answers = [call.ended for call in calls if not call.error and call.started >= first_failure]
+    served_again = min(answers, default=float("nan"))
+    failed = Counter(call.error for call in failures)
+    return Outage(served_again - first_failure, served_again - killed_at, dict(failed), len(calls))
+
+
+async def steady_load(target: str, request: bytes, clients: int, stop: asyncio.Event) -> list[CallRecord]:
+    """``clients`` closed loops of Predictions until ``stop``; every call recorded."""
+    calls: list[CallRecord] = []
+    async with grpc_channel(target) as channel:
+        stub: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(PREDICTIONS_METHOD)
+
+        async def client() -> None:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    await stub(request, timeout=CALL_TIMEOUT_S)
+                    calls.append(CallRecord(started, time.monotonic()))
+                except grpc.aio.AioRpcError as exc:
+                    calls.append(CallRecord(started, time.monotonic(), classify(exc)))
+                    await asyncio.sleep(0.01)
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+    return calls
+
+
+async def measure_outages(
+    server: SluiceServer, group: SentinelGroup, request: bytes, sizes: Sizes
+) -> list[Outage]:
+    stop = asyncio.Event()
+    load = asyncio.create_task(steady_load(server.ports.grpc_target, request, sizes.clients, stop))
+    kills: list[float] = []
+    for _ in range(sizes.kills):
+        await asyncio.sleep(sizes.settle_s)
+        killed = await asyncio.to_thread(group.kill_master)
+        kills.append(time.monotonic())
+        await asyncio.to_thread(group.wait_for_failover, killed.port)
+        await asyncio.sleep(sizes.settle_s)
+        await asyncio.to_thread(group.rejoin, killed)
+    stop.set()
+    calls = await load
+    bounds = [*kills[1:], float("inf")]
+    return [
+        outage_of([call for call in calls if killed_at - sizes.settle_s <= call.started < until], killed_at)
+        for killed_at, until in zip(kills, bounds, strict=True)
+    ]
+
+
+async def hot_path(target: str, request: bytes, sizes: Sizes) -> dict[str, Any]:
+    """C=1 latency and throughput at the sizes' concurrency."""
+    single = await grpc_unary_load(
+        target, PREDICTIONS_METHOD, request, concurrency=1, duration_s=sizes.window_s, warmup_s=sizes.warmup_s
+    )
+    loaded = await grpc_unary_load(
+        target,
+        PREDICTIONS_METHOD,
+        request,
+        concurrency=sizes.throughput_concurrency,
+        duration_s=sizes.window_s,
+        warmup_s=sizes.warmup_s,
+    )
+    return {
+        "c1_p50_ms": latency_summary_ms(single.latencies_ns)["p50"],
+        "c1_errors": dict(single.errors),
+        "throughput_rps": loaded.throughput_rps,
+        "throughput_errors": dict(loaded.errors),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="one kill, one short round")
+    sizes = QUICK if parser.parse_args().quick else Sizes()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    WORK.mkdir(parents=True, exist_ok=True)
+    store = WORK / "store"
+    build_archives([MODEL], store, WORK / "weights")
+    request = predictions_request(MODEL.name, tensor_bytes(MODEL.shape))
+    with tempfile.TemporaryDirectory(prefix="sl-failover-") as folder:
+        group = SentinelGroup(Path(folder))
+        group.start()
+        single = SluiceServer(WORK / "single", store, name="single")
+        sentinel = SluiceServer(
+            WORK / "sentinel",
+            store,
+            name="sentinel",
+            extra_properties={
+                "sluice_redis_sentinels": group.addresses,
+                "sluice_redis_sentinel_master": MASTER_NAME,
+            },
+        )
+        try:
+            for server in (single, sentinel):
+                server.start([MODEL.name])
+            rows: dict[str, list[dict[str, Any]]] = {"single": [], "sentinel": []}
+            for round_index in range(sizes.rounds):
+                order = (single, sentinel) if round_index % 2 == 0 else (sentinel, single)
+                for server in order:
+                    rows[server.name].append(run_async(hot_path(server.ports.grpc_target, request, sizes)))
+            outages = run_async(measure_outages(sentinel, group, request, sizes))
+        finally:
+            for server in (single, sentinel):
+                server.stop()
+            group.stop()
+    report(sizes, rows, outages)
+
+
+def report(sizes: Sizes, rows: dict[str, list[dict[str, Any]]], outages: list[Outage]) -> None:
+    print(f"\n| Redis | C=1 p50 ms | throughput at C={sizes.throughput_concurrency}, rps |")
+    print("|---|---|---|")
+    for name, measured in rows.items():
+        p50 = spread(row["c1_p50_ms"] for row in measured)
+        rps = spread(row["throughput_rps"] for row in measured)
+        print(f"| {name} | {p50.format(2)} | {rps.format(0)} |")
+    print(
+        f"\n| kill | outage s | served again after kill s | failed calls | calls ({sizes.clients} clients) |"
+    )
+    print("|---|---|---|---|---|")
+    for index, outage in enumerate(outages, 1):
+        failed = ", ".join(f"{count} {status}" for status, count in sorted(outage.failed.items())) or "none"
+        again = outage.served_again_after_kill_s
+        print(f"| {index} | {outage.outage_s:.2f} | {again:.2f} | {failed} | {outage.calls} |")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"failover-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(
+        json.dumps(
+            {"sizes": asdict(sizes), "hot_path": rows, "outages": [asdict(o) for o in outages]}, indent=2
+        )
+    )
+    print(f"\nwritten: {out}")
+
+
+if __name__ == "__main__":
+    main()
