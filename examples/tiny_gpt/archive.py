@@ -12,7 +12,9 @@ Writes, with the real torch-model-archiver 0.12 (run as ``python -m model_archiv
 
 All have one worker (``minWorkers``/``maxWorkers`` 1), ``handler: {max_new_tokens: 32}``, the seed's weights
 as the serialized file ``tiny_gpt.pt`` and the model code as extra files at the archive root:
-``tiny_gpt_model.py`` (``model.py``) and ``tiny_gpt_forms.py`` (``forms.py``). The handlers are
+``tiny_gpt_model.py`` (``model.py``) and ``tiny_gpt_forms.py`` (``forms.py``); and Sluice's warm-up
+(``warmupRequests: tiny_gpt_warmup.json``: two short generations each worker runs before READY,
+which TorchServe ignores). The handlers are
 ``tiny_gpt_handler.py``, ``tiny_gpt_async_handler.py`` and ``tiny_gpt_stream_handler.py``: distinct module
 names, so the archives (and
 other models' ``handler.py``/``model.py``) can be imported in one process. An existing archive is kept
@@ -40,6 +42,9 @@ SERIALIZED_FILE = "tiny_gpt.pt"
 CONFIG_FILE = "model-config.yaml"
 # Archive file name -> source file in this package.
 SHARED_FILES = {"tiny_gpt_model.py": "model.py", "tiny_gpt_forms.py": "forms.py"}
+# Requests each worker runs through the handler before it reports READY (Sluice's warmupRequests).
+WARMUP_FILE = "tiny_gpt_warmup.json"
+WARMUP_REQUESTS = '[{"prompt": "warm up", "max_new_tokens": 2}, {"prompt": "Hello", "max_new_tokens": 1}]\n'
 HANDLERS = {
     CB_MODEL: ("tiny_gpt_handler.py", "handler.py"),
     ASYNC_MODEL: ("tiny_gpt_async_handler.py", "async_handler.py"),
@@ -81,6 +86,8 @@ def model_config(
         "minWorkers: 1",
         "maxWorkers: 1",
         *mode,
+        "# Sluice runs these requests through the handler before the worker reports READY.",
+        f"warmupRequests: {WARMUP_FILE}",
         "handler:",
         "  # Used when a request names no max_new_tokens (v2: max_tokens).",
         f"  max_new_tokens: {max_new_tokens}",
@@ -128,13 +135,15 @@ def build_archive(
             shutil.copyfile(HERE / source, src / archived)
         torch.save(model.build_state_dict(seed), src / SERIALIZED_FILE)
         (src / CONFIG_FILE).write_text(config)
+        (src / WARMUP_FILE).write_text(WARMUP_REQUESTS)
+        extra_files = [*(src / archived for archived in SHARED_FILES), src / WARMUP_FILE]
         command = [
             sys.executable, "-m", "model_archiver.model_packaging",
             "--model-name", name,
             "--version", MODEL_VERSION,
             "--serialized-file", str(src / SERIALIZED_FILE),
             "--handler", str(src / handler_name),
-            "--extra-files", ",".join(str(src / archived) for archived in SHARED_FILES),
+            "--extra-files", ",".join(str(path) for path in extra_files),
             "--config-file", str(src / CONFIG_FILE),
             "--export-path", str(out),
         ]  # fmt: skip

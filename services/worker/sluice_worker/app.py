@@ -1,5 +1,5 @@
-"""Wiring of one worker process: record -> model folder -> worker id -> handler -> group -> READY ->
-serve -> withdraw. Returns the process exit code (see :class:`sluice_worker.exit_codes.ExitCode`)."""
+"""Wiring of one worker process: record -> model folder -> worker id -> handler -> warm-up -> group ->
+READY -> serve -> withdraw. Returns the process exit code (see :class:`sluice_worker.exit_codes.ExitCode`)."""
 
 import asyncio
 import dataclasses
@@ -9,6 +9,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -29,6 +30,7 @@ from sluice_worker.broker.reclaim import Reclaimer
 from sluice_worker.broker.redis_source import RedisJobSource
 from sluice_worker.broker.retries import until_done
 from sluice_worker.broker.sequences.source import SequenceJobSource
+from sluice_worker.broker.source import JobSource
 from sluice_worker.broker.version_record import wait_for_record
 from sluice_worker.continuous import ContinuousWorker
 from sluice_worker.exit_codes import ExitCode
@@ -40,6 +42,7 @@ from sluice_worker.settings import WorkerSettings
 from sluice_worker.startup import enter_model_dir, export_sequence_header_names
 from sluice_worker.torch_thread import HandlerExit, TorchThread
 from sluice_worker.usage import usage_refresher
+from sluice_worker.warmup import WarmupFailed, warm_up
 from sluice_worker.worker import Worker
 
 log = get_logger(__name__)
@@ -168,6 +171,20 @@ async def _start(
     if loaded is None:
         return ExitCode.LOAD_FAILED
     service, choice = loaded
+    # One handler loop for the warm-up and the serving: an async handler's state stays on one loop.
+    handler_loop = (
+        HandlerLoop(on_start=lambda: device.activate(choice)) if record.async_communication else None
+    )
+
+    def loop_of(source: JobSource, stopping: asyncio.Event, states: SequenceStates | None = None) -> Loop:
+        return _loop(record, settings, source, torch_thread, service, handler_loop, stopping, states)
+
+    if record.warmup_requests:
+        try:
+            await warm_up(record, Path(record.model_dir), loop_of, record.startup_timeout_s)
+        except WarmupFailed as exc:
+            log.error("warm-up failed; the worker does not serve", error=str(exc))
+            return ExitCode.LOAD_FAILED
 
     source: RedisJobSource | SequenceJobSource
     sequences = None
@@ -179,7 +196,7 @@ async def _start(
         )
     else:
         source = await _job_queue_source(redis, hot, record, worker_id, settings)
-    worker = _loop(record, settings, source, torch_thread, service, choice, stop, sequences)
+    worker = loop_of(source, stop, sequences)
     presence = Presence(
         redis,
         model,
@@ -213,10 +230,10 @@ async def _start(
 def _loop(
     record: VersionRecord,
     settings: WorkerSettings,
-    source: RedisJobSource | SequenceJobSource,
+    source: JobSource,
     torch_thread: TorchThread,
     service: runtime.HandlerService,
-    choice: device.DeviceChoice,
+    handler_loop: HandlerLoop | None,
     stop: asyncio.Event,
     sequences: SequenceStates | None,
 ) -> Loop:
@@ -240,9 +257,8 @@ def _loop(
     }
     if record.continuous_batching:
         return ContinuousWorker(torch_thread=torch_thread, sequences=sequences, **common)
-    if record.async_communication:
-        loop = HandlerLoop(on_start=lambda: device.activate(choice))
-        return AsyncWorker(handler_loop=loop, slots=record.slots_per_worker, **common)
+    if handler_loop is not None:
+        return AsyncWorker(handler_loop=handler_loop, slots=record.slots_per_worker, **common)
     return Worker(torch_thread=torch_thread, sequences=sequences, **common)
 
 

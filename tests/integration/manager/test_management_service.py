@@ -526,3 +526,32 @@ async def test_an_archive_asking_for_model_parallelism_is_refused_clearly(api: A
     assert error.code is ErrorCode.INVALID_ARGUMENT
     assert "parallelType 'tp' is not supported" in error.message
     assert await api.service.list_models(10, 0) == {"models": []}
+
+
+@pytest.mark.parametrize(
+    ("files", "problem"),
+    [
+        ({}, "'warmup.json' is not a file in the archive"),
+        ({"warmup.json": "[1, "}, "'warmup.json' is not JSON"),
+        ({"warmup.json": '{"prompt": "x"}'}, "must hold a non-empty JSON list"),
+    ],
+)
+async def test_an_archive_with_a_bad_warm_up_file_is_refused_clearly(
+    api: Api, files: dict[str, str], problem: str
+) -> None:
+    spec = echo_model("warm", config=FAST + "warmupRequests: warmup.json\n")
+    write_mar(dataclasses.replace(spec, files={**spec.files, **files}), api.store)
+    error = await failure(api.service.register(RegisterRequest(url="warm.mar")))
+    assert error.code is ErrorCode.INVALID_ARGUMENT
+    assert "model-config.yaml: warmupRequests:" in error.message
+    assert problem in error.message
+    assert await api.service.list_models(10, 0) == {"models": []}
+
+
+async def test_an_archive_with_warm_up_requests_records_them(api: Api) -> None:
+    spec = echo_model("warm", config=FAST + "warmupRequests: warmup.json\n")
+    write_mar(dataclasses.replace(spec, files={**spec.files, "warmup.json": '["hello"]'}), api.store)
+    await api.service.register(RegisterRequest(url="warm.mar"))
+    record = await registry.get_version(api.redis, "warm", "1.0")
+    assert record is not None
+    assert record.warmup_requests == "warmup.json"

@@ -465,8 +465,10 @@ def test_build_archives_with_the_real_archiver(tmp_path: Path) -> None:
                     "tiny_gpt_model.py",
                     "tiny_gpt_forms.py",
                     "tiny_gpt.pt",
+                    "tiny_gpt_warmup.json",
                 ]
             )
+            warmup = json.loads(mar.read("tiny_gpt_warmup.json"))
             manifest = json.loads(mar.read("MAR-INF/MANIFEST.json"))
             config = yaml.safe_load(mar.read("model-config.yaml"))
             state = torch.load(mar.open("tiny_gpt.pt"), weights_only=True)
@@ -479,7 +481,17 @@ def test_build_archives_with_the_real_archiver(tmp_path: Path) -> None:
             "modelVersion": "1.0",
             "configFile": "model-config.yaml",
         }
-        assert config == {"minWorkers": 1, "maxWorkers": 1, **modes[name], "handler": {"max_new_tokens": 32}}
+        assert config == {
+            "minWorkers": 1,
+            "maxWorkers": 1,
+            **modes[name],
+            "warmupRequests": "tiny_gpt_warmup.json",
+            "handler": {"max_new_tokens": 32},
+        }
+        assert warmup == [
+            {"prompt": "warm up", "max_new_tokens": 2},
+            {"prompt": "Hello", "max_new_tokens": 1},
+        ]
         seeded = model.build_state_dict()
         assert all(torch.equal(state[key], seeded[key]) for key in seeded)
 

@@ -68,7 +68,13 @@ def test_the_plain_archive_has_batch_size_1_and_no_continuous_batching(mar: Path
     with zipfile.ZipFile(mar) as unpacked:
         config = yaml.safe_load(unpacked.read("model-config.yaml"))
         manifest = json.loads(unpacked.read("MAR-INF/MANIFEST.json"))
-    assert config == {"minWorkers": 1, "maxWorkers": 1, "batchSize": 1, "handler": {"max_new_tokens": BUDGET}}
+    assert config == {
+        "minWorkers": 1,
+        "maxWorkers": 1,
+        "batchSize": 1,
+        "warmupRequests": "tiny_gpt_warmup.json",
+        "handler": {"max_new_tokens": BUDGET},
+    }
     assert manifest["model"]["handler"] == "tiny_gpt_stream_handler.py"
 
 

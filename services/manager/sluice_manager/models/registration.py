@@ -25,6 +25,7 @@ from pathlib import Path
 from sluice.errors import ErrorCode, SluiceError
 from sluice.log import get_logger
 from sluice.registry import artifact as model_artifact
+from sluice.registry import warmup
 from sluice.registry.records import VersionRecord
 
 from sluice_manager.models import archives
@@ -102,6 +103,11 @@ def describe_archive(
         options, contents, config.models_json, config.defaults,
         model_dir=str(model_dir), handler=handler, now_unix_ms=now_unix_ms,
     )  # fmt: skip
+    if record.warmup_requests:
+        try:
+            warmup.read_requests(model_dir, record.warmup_requests)
+        except warmup.WarmupFileError as exc:
+            raise archives.ArchiveError(archive, f"model-config.yaml: {exc}") from None
     # Workers that do not see this folder fetch it by this digest (sluice.registry.artifact).
     return dataclasses.replace(record, artifact_sha256=model_artifact.digest(model_dir))
 

@@ -22,6 +22,8 @@ torchserve.md section 5.3:
 - Generative models, from the yaml only: ``continuousBatching``, ``asyncCommunication`` and Sluice's
   ``maxConcurrentRequests`` (an async handler's cap per worker; default 8 x batchSize);
   ``parallelType`` is refused.
+- Sluice's ``warmupRequests``: a file in the archive of requests each worker runs before READY
+  (checked by the registration, :mod:`sluice.registry.warmup`).
 """
 
 import json
@@ -181,6 +183,7 @@ def build_record(
         registered_unix_ms=now_unix_ms,
         model_yaml_config=contents.model_yaml,
         tensors=_tensors(contents.model_yaml),
+        warmup_requests=yaml_conf.text("warmupRequests") or "",
         **_sequences(yaml_conf, name, version),
         **_generation(yaml_conf),
     )

@@ -96,6 +96,9 @@ class VersionRecord(Checked):
     # Requests an async handler's worker runs at once (model-config.yaml maxConcurrentRequests;
     # TorchServe has no cap; Sluice's default is 8 x batchSize).
     max_concurrent_requests: int = 0
+    # A file in the archive of request bodies each worker runs through the handler before it reports
+    # READY (model-config.yaml warmupRequests; sluice.registry.warmup); empty: none.
+    warmup_requests: str = ""
 
     @property
     def generative(self) -> bool:
