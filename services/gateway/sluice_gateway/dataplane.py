@@ -151,7 +151,7 @@ class DataPlane:
         if call.version:
             names.check_version(model, call.version)
         for _look in range(2):
-            record = await self._resolver.resolve(model, call.version)
+            record = await self._resolver.resolve(model, call.version, call.sequence)
             pending = await self._enqueue(call, record, streaming)
             if pending is not None:
                 return pending

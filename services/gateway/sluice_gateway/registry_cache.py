@@ -1,36 +1,38 @@
-"""The gateway's view of the registry: model -> (default, versions) and version -> record, cached.
+"""The gateway's view of the registry: model -> (default, versions, traffic weights) and version ->
+record, cached.
 
 Misses are read through the broker's :class:`~sluice_gateway.broker.seam.ClusterReader`. Entries are
 dropped when a registry event arrives (:mod:`sluice_gateway.broker.registry_events`) and, because
 those are at-most-once, after a short TTL as well. Not-found answers are cached too, so unknown names
 cost no broker read. Concurrent misses for one model share a single load.
+
+A call that names no version of a model with traffic weights draws its version at random, in
+proportion to the weights; a call of a sequence draws by its sequence id instead (one version per
+sequence), and a sequence that already lives on a version stays there whatever the weights became.
 """
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
 from sluice.errors import ErrorCode, SluiceError
 from sluice.registry import reader as registry
+from sluice.registry.reader import ModelRouting
 from sluice.registry.records import VersionRecord
 
-from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE, BrokerUnavailable, ClusterReader
+from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE, BrokerUnavailable, ClusterReader, SequenceStep
 
 T = TypeVar("T")
 
 
 class VersionResolver(Protocol):
-    async def resolve(self, model: str, requested: str) -> VersionRecord: ...
+    async def resolve(
+        self, model: str, requested: str, sequence: SequenceStep | None = None
+    ) -> VersionRecord: ...
 
     def invalidate(self, model: str | None = None) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class _ModelEntry:
-    default: str | None
-    versions: set[str]  # never mutated
 
 
 def version_not_found(model: str, version: str) -> SluiceError:
@@ -45,22 +47,33 @@ def model_not_found(model: str) -> SluiceError:
 
 class RegistryCache:
     def __init__(
-        self, reader: ClusterReader, *, ttl_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        reader: ClusterReader,
+        *,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        draw: Callable[[], float] = random.random,
     ) -> None:
         self._reader = reader
         self._ttl_s = ttl_s
         self._clock = clock
-        self._models: dict[str, tuple[float, _ModelEntry]] = {}
+        self._draw = draw
+        self._models: dict[str, tuple[float, ModelRouting]] = {}
         self._records: dict[tuple[str, str], tuple[float, VersionRecord | None]] = {}
         self._loads: dict[tuple[str, ...], asyncio.Future[Any]] = {}
         # Bumped by every invalidation: a load that started before it must not store its result.
         self._generation = 0
 
-    async def resolve(self, model: str, requested: str) -> VersionRecord:
+    async def resolve(
+        self, model: str, requested: str, sequence: SequenceStep | None = None
+    ) -> VersionRecord:
         """The record of the version a request for ``model``/``requested`` runs on (``""``: the
-        default), or MODEL_NOT_FOUND / VERSION_NOT_FOUND."""
-        entry = await self._model(model)
-        version = registry.choose_version(model, requested, entry.default, entry.versions)
+        default, or by the model's traffic weights), or MODEL_NOT_FOUND / VERSION_NOT_FOUND."""
+        routing = await self._model(model)
+        if requested or not routing.weights:
+            version = registry.choose_version(model, requested, routing.default, routing.versions)
+        else:
+            version = await self._weighted(model, routing, sequence)
         record = await self._record(model, version)
         if record is None:
             raise version_not_found(model, version) if requested else model_not_found(model)
@@ -80,7 +93,24 @@ class RegistryCache:
         for load_key in [key for key in self._loads if key[1] == model]:
             del self._loads[load_key]
 
-    async def _model(self, model: str) -> _ModelEntry:
+    async def _weighted(self, model: str, routing: ModelRouting, sequence: SequenceStep | None) -> str:
+        """The version a call that names none runs on, by the model's weights."""
+        if sequence is None:
+            draw = self._draw()
+        else:
+            if not sequence.start:
+                # Any version may hold it: its weight may have dropped to 0 since it started.
+                candidates = sorted(routing.versions)
+                try:
+                    held = await self._reader.sequence_version(model, candidates, sequence.sequence_id)
+                except BrokerUnavailable as exc:
+                    raise SluiceError(ErrorCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
+                if held is not None:
+                    return held
+            draw = registry.stable_draw(sequence.sequence_id)
+        return registry.choose_version(model, "", routing.default, routing.versions, routing.weights, draw)
+
+    async def _model(self, model: str) -> ModelRouting:
         cached = self._models.get(model)
         if cached is not None and cached[0] > self._clock():
             return cached[1]
@@ -92,10 +122,9 @@ class RegistryCache:
             return cached[1]
         return await self._shared_load(("version", model, version), lambda: self._load_record(model, version))
 
-    async def _load_model(self, model: str) -> _ModelEntry:
+    async def _load_model(self, model: str) -> ModelRouting:
         generation = self._generation
-        default, versions = await self._reader.model_versions(model)
-        entry = _ModelEntry(default, versions)
+        entry = await self._reader.model_routing(model)
         if generation == self._generation:
             self._models[model] = (self._clock() + self._ttl_s, entry)
         return entry

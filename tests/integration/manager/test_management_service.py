@@ -14,15 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+import aiohttp
+import grpc
 import pytest
 import redis.asyncio as aioredis
+from aiohttp import web
 from sluice import envelope
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.redis import keys
 from sluice.registry import reader as registry
+from sluice.v1 import sluice_management_pb2 as smpb
+from sluice.v1 import sluice_management_pb2_grpc as smpb_grpc
 from sluice_manager.api.describe_job import DescribeJobs
+from sluice_manager.api.grpc_api.server import ManagementGrpcServer
 from sluice_manager.api.management import ManagementConfig, ManagementService, RegisterRequest, ScaleRequest
+from sluice_manager.api.rest_api.server import create_app
 from sluice_manager.models.archives import ExtractionLimits
 from sluice_manager.models.fetch import settings_download
 from sluice_manager.models.registration import RegistrationConfig
@@ -555,3 +562,49 @@ async def test_an_archive_with_warm_up_requests_records_them(api: Api) -> None:
     record = await registry.get_version(api.redis, "warm", "1.0")
     assert record is not None
     assert record.warmup_requests == "warmup.json"
+
+
+async def test_traffic_weights_through_rest_and_grpc(api: Api) -> None:
+    for version in ("1.0", "2.0"):
+        await api.service.register(RegisterRequest(url=api.archive("echo", version)))
+    runner = web.AppRunner(create_app(api.service, max_request_size=1 << 20))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    grpc_server = ManagementGrpcServer(api.service, host="127.0.0.1", port=0, max_request_size=1 << 20)
+    grpc_port = await grpc_server.start()
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{runner.addresses[0][1]}") as rest:
+            async with rest.put("/models/echo/set-weights", json={"1.0": 90, "2.0": 10}) as response:
+                expected = 'Traffic weights successfully updated for model "echo" to {"1.0": 90, "2.0": 10}'
+                assert (response.status, await response.json()) == (200, {"status": expected})
+            async with rest.get("/models/echo/all") as response:
+                described = await response.json()
+            assert [(e["modelVersion"], e["trafficWeight"]) for e in described] == [("1.0", 90), ("2.0", 10)]
+            refusals = [
+                ("/models/echo/set-weights", b"[90, 10]", 400, "must be a JSON object of version: weight"),
+                ("/models/echo/set-weights", b'{"1.0": -1}', 400, "whole number from 0"),
+                (
+                    "/models/echo/set-weights",
+                    b'{"7.0": 1}',
+                    404,
+                    "Model version 7.0 does not exist for model echo",
+                ),
+                ("/models/nobody/set-weights", b'{"1.0": 1}', 404, "Model not found: nobody"),
+            ]
+            for path, body, status, message in refusals:
+                async with rest.put(path, data=body) as response:
+                    assert response.status == status
+                    assert message in (await response.json())["message"]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            stub = smpb_grpc.SluiceManagementServiceStub(channel)
+            cleared = await stub.SetVersionWeights(smpb.SetVersionWeightsRequest(model_name="echo"))
+            assert cleared.msg == 'Traffic weights cleared for model "echo": calls go to its default version'
+            assert all("trafficWeight" not in e for e in await api.service.describe("echo", "all"))
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await stub.SetVersionWeights(
+                    smpb.SetVersionWeightsRequest(model_name="echo", weights={"7.0": 1})
+                )
+            assert raised.value.code() is grpc.StatusCode.NOT_FOUND
+    finally:
+        await grpc_server.stop(0)
+        await runner.cleanup()

@@ -57,6 +57,7 @@ async def test_rest_error_bodies_stay_clean(rest: aiohttp.ClientSession) -> None
         ("PUT", "/models/m?min_worker=1"),
         ("DELETE", "/models/m/1"),
         ("PUT", "/models/m/1/set-default"),
+        ("PUT", "/models/m/set-weights"),
         ("GET", "/v1/models/m"),
         ("GET", "/no/such/route"),
     ]

@@ -1,8 +1,10 @@
 """In-memory stand-ins for the gateway's I/O seams (unit tests open no sockets)."""
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
+from sluice.registry.reader import ModelRouting
 from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord, WorkerStatus
 from sluice_gateway.broker.seam import BrokerUnavailable
 from sluice_gateway.metrics.cluster import VersionStats
@@ -17,6 +19,9 @@ class FakeClusterReader:
         self.records: dict[tuple[str, str], VersionRecord] = {}
         self.workers: dict[tuple[str, str], list[WorkerRecord]] = {}
         self.report: StartupReport | None = None
+        # model -> traffic weights; (model, version, sequence id) of the live sequences.
+        self.weights: dict[str, dict[str, int]] = {}
+        self.sequences: set[tuple[str, str, str]] = set()
         self.stats: list[VersionStats] = []
         self.reads = 0
         # Raise BrokerUnavailable while set; a set gate holds every read until it opens.
@@ -44,6 +49,15 @@ class FakeClusterReader:
         await self._read()
         default, versions = self.models.get(model, (None, set()))
         return default, set(versions)
+
+    async def model_routing(self, model: str) -> ModelRouting:
+        await self._read()
+        default, versions = self.models.get(model, (None, set()))
+        return ModelRouting(default, frozenset(versions), dict(self.weights.get(model, {})))
+
+    async def sequence_version(self, model: str, versions: Sequence[str], sequence_id: str) -> str | None:
+        await self._read()
+        return next((v for v in versions if (model, v, sequence_id) in self.sequences), None)
 
     async def version_record(self, model: str, version: str) -> VersionRecord | None:
         await self._read()

@@ -25,7 +25,9 @@ class FakeResolver:
         self.resolved = 0
         self.invalidated: list[str | None] = []
 
-    async def resolve(self, model: str, requested: str) -> VersionRecord:
+    async def resolve(
+        self, model: str, requested: str, sequence: SequenceStep | None = None
+    ) -> VersionRecord:
         self.resolved += 1
         for candidate in self.records:
             if candidate.model_name == model and requested in ("", candidate.version):

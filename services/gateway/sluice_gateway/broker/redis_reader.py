@@ -3,13 +3,14 @@
 :mod:`.redis_stats`. Redis failures leave as :class:`~.seam.BrokerUnavailable`."""
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from sluice.redis import keys
 from sluice.redis.control import ControlRedis
 from sluice.redis.errors import RedisError
 from sluice.registry import reader as registry
+from sluice.registry.reader import ModelRouting
 from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord
 
 from sluice_gateway.broker import redis_stats
@@ -37,6 +38,18 @@ class RedisClusterReader:
     async def model_versions(self, model: str) -> tuple[str | None, set[str]]:
         with _unavailable():
             return await registry.model_versions(self._redis, model)
+
+    async def model_routing(self, model: str) -> ModelRouting:
+        with _unavailable():
+            return await registry.model_routing(self._redis, model)
+
+    async def sequence_version(self, model: str, versions: Sequence[str], sequence_id: str) -> str | None:
+        with _unavailable():
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for version in versions:
+                    pipe.exists(keys.sequence(model, version, sequence_id))
+                found = await pipe.execute()
+        return next((version for version, exists in zip(versions, found, strict=True) if exists), None)
 
     async def version_record(self, model: str, version: str) -> VersionRecord | None:
         with _unavailable():

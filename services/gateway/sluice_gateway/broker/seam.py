@@ -10,9 +10,11 @@ The Redis implementations are :mod:`.redis_admission`, :mod:`.redis_replies` and
 """
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from sluice.registry.reader import ModelRouting
 from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord
 
 from sluice_gateway.metrics.cluster import VersionStats
@@ -103,6 +105,15 @@ class ClusterReader(Protocol):
 
     async def model_versions(self, model: str) -> tuple[str | None, set[str]]:
         """(default version, every version) of ``model``; (None, set()) when it is not registered."""
+        ...
+
+    async def model_routing(self, model: str) -> ModelRouting:
+        """The default version, every version and the traffic weights of ``model`` (empty when it is
+        not registered)."""
+        ...
+
+    async def sequence_version(self, model: str, versions: Sequence[str], sequence_id: str) -> str | None:
+        """Which of ``versions`` holds the live sequence ``sequence_id`` (a stateful model); None."""
         ...
 
     async def version_record(self, model: str, version: str) -> VersionRecord | None:

@@ -11,15 +11,16 @@ workers are READY.
 
 import asyncio
 import dataclasses
+import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.lifecycle.cancellation import cancel_and_wait
 from sluice.log import get_logger
 from sluice.registry import names
-from sluice.registry.reader import choose_version
+from sluice.registry.reader import check_weights, choose_version
 from sluice.registry.records import VersionRecord
 
 from sluice_manager.api.describe_job import DescribeJobs
@@ -32,6 +33,7 @@ from sluice_manager.api.version_views import (
     version_view,
     worker_counts,
 )
+from sluice_manager.models.archives import printable
 from sluice_manager.models.fetch import URL_REQUIRED
 from sluice_manager.models.version_config import RegisterOptions
 from sluice_manager.stores import Stores
@@ -244,6 +246,31 @@ class ManagementService:
         log.info("default version changed", model=model, version=version)
         return Status(f'Default version successfully updated for model "{model}" to "{version}"')
 
+    async def set_weights(self, model: str, weights: Mapping[str, object]) -> Status:
+        """Split the calls that name no version of ``model`` between its versions by ``weights``
+        (``{"1.0": 90, "2.0": 10}``); an empty mapping sends them to the default version again."""
+        names.check_model_name(model)
+        try:
+            checked = check_weights(weights)
+        except ValueError as exc:
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid traffic weights: {exc}") from None
+        async with self.stores.locks.hold(model, wait_s=self.config.lock_wait_s):
+            _, versions = await self.registry.versions(model)
+            if not versions:
+                raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {model}")
+            for version in sorted(checked):
+                if version not in versions or not await self.registry.is_active(model, version):
+                    raise SluiceError(
+                        ErrorCode.VERSION_NOT_FOUND,
+                        f"Model version {printable(version)} does not exist for model {model}",
+                    )
+            await self.registry.set_weights(model, checked)
+        log.info("traffic weights changed", model=model, weights=checked)
+        if not checked:
+            return Status(f'Traffic weights cleared for model "{model}": calls go to its default version')
+        shown = json.dumps(checked, sort_keys=True)
+        return Status(f'Traffic weights successfully updated for model "{model}" to {shown}')
+
     async def list_models(self, limit: int, next_page_token: int) -> Json:
         all_names = await self.registry.model_names()
         window = page(len(all_names), limit, next_page_token)
@@ -273,6 +300,7 @@ class ManagementService:
         else:
             chosen = [choose_version(model, version or "", default, versions)]
         launched = await self.stores.workers.launched()
+        weights = (await self.registry.routing(model)).weights
         entries: list[Json] = []
         for name in chosen:
             record = await self.registry.get(model, name)
@@ -282,7 +310,11 @@ class ManagementService:
             extra = None
             if customized and version != ALL_VERSIONS:
                 extra = await self._describe_jobs.customized(record, headers or {}, body)
-            entries.append(describe_json(view, extra))
+            entry = describe_json(view, extra)
+            if weights:
+                # Sluice's canary: this version's share of the calls that name no version.
+                entry["trafficWeight"] = weights.get(name, 0)
+            entries.append(entry)
         if not entries:
             raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {model}")
         return entries

@@ -7,6 +7,7 @@ client); this store offers them too, so the manager's domain code needs only the
 serialise read-check-write sequences of one model with the manager's per-model lock.
 """
 
+import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,20 @@ class RegistryStore:
             pipe.hset(keys.model(model), registry.DEFAULT_FIELD, version)
             pipe.publish(keys.EVENTS_CHANNEL, event("default", model, version))
             await pipe.execute()
+
+    async def set_weights(self, model: str, weights: dict[str, int]) -> None:
+        """The model's traffic weights (:func:`sluice.registry.reader.check_weights`); empty: none,
+        calls that name no version go to the default again. Announced as ``weights``."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if weights:
+                pipe.hset(keys.model(model), registry.WEIGHTS_FIELD, json.dumps(weights, sort_keys=True))
+            else:
+                pipe.hdel(keys.model(model), registry.WEIGHTS_FIELD)
+            pipe.publish(keys.EVENTS_CHANNEL, event("weights", model, ""))
+            await pipe.execute()
+
+    async def routing(self, model: str) -> registry.ModelRouting:
+        return await registry.model_routing(self._redis, model)
 
     async def mark_removing(self, model: str, version: str) -> None:
         """Gateways stop routing to the version (their enqueue refuses one that is not active) and

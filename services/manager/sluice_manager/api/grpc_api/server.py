@@ -1,11 +1,13 @@
 """The management grpc.aio server on ``grpc_management_address:grpc_management_port`` (TorchServe's
-127.0.0.1:7071). ``interceptors`` is where token authorization goes."""
+127.0.0.1:7071): TorchServe's ``ManagementAPIsService`` and Sluice's ``SluiceManagementService``.
+``interceptors`` is where token authorization goes."""
 
 from collections.abc import Sequence
 from typing import Any
 
 import grpc
 
+from sluice_manager.api.grpc_api import sluice_management
 from sluice_manager.api.grpc_api.management import ManagementServicer, add_to_server
 from sluice_manager.api.management import ManagementService
 
@@ -35,6 +37,7 @@ class ManagementGrpcServer:
             ],
         )
         add_to_server(self._server, ManagementServicer(service))
+        sluice_management.add_to_server(self._server, sluice_management.SluiceManagementServicer(service))
         self._address = bind_address(host, port)
         self.port = 0
 

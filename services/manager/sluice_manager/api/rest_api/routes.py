@@ -2,9 +2,11 @@
 TorchServe's REST defaults (:mod:`.params`), awaits one :class:`ManagementService` call and writes
 TorchServe's JSON: ``{"status": ...}`` with 200 (or 202 / 206), or the List/Describe JSON."""
 
+import json
 from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
+from sluice.errors import ErrorCode, SluiceError
 from sluice.registry import names
 from sluice.transport.torchserve_http import json_response, status_response
 
@@ -16,6 +18,9 @@ MODELS = "/models"
 MODEL = "/models/{model}"
 VERSION = "/models/{model}/{version}"
 SET_DEFAULT = "/models/{model}/{version}/set-default"
+# Sluice's canary: PUT a JSON object {version: weight} ({} clears). Routed before /models/{m}/{v}, so a
+# version named "set-weights" has no REST describe/scale/unregister (gRPC still reaches it).
+SET_WEIGHTS = "/models/{model}/set-weights"
 KSERVE_V1_MODEL = "/v1/models/{model}"
 
 
@@ -42,6 +47,7 @@ class ManagementRoutes:
             web.route("*", "/api-description", self.api_description),
             *_with_slash(MODELS, get=self.list_models, post=self.register),
             *self._model_routes(MODEL),
+            *_with_slash(SET_WEIGHTS, put=self.set_weights),
             *self._model_routes(VERSION),
             *_with_slash(SET_DEFAULT, put=self.set_default),
             *_with_slash(KSERVE_V1_MODEL, get=self.model_ready),
@@ -104,6 +110,21 @@ class ManagementRoutes:
     async def set_default(self, request: web.Request) -> web.Response:
         model = names.check_model_name(request.match_info["model"])
         status = await self._service.set_default(model, request.match_info["version"])
+        return status_response(status.message, status.http_status)
+
+    async def set_weights(self, request: web.Request) -> web.Response:
+        model = names.check_model_name(request.match_info["model"])
+        try:
+            weights = json.loads(await request.read() or b"{}")
+        except ValueError:
+            weights = None
+        if not isinstance(weights, dict):
+            raise SluiceError(
+                ErrorCode.INVALID_ARGUMENT,
+                "Invalid traffic weights: the body must be a JSON object of version: weight, "
+                'e.g. {"1.0": 90, "2.0": 10}',
+            )
+        status = await self._service.set_weights(model, weights)
         return status_response(status.message, status.http_status)
 
     async def model_ready(self, request: web.Request) -> web.Response:
