@@ -13,9 +13,12 @@ from pathlib import Path
 import grpc
 import pytest
 import redis.asyncio as aioredis
+from sluice.redis import keys
+from sluice.redis.control import ControlRedis
 from sluice.registry.store import RegistryStore
 from sluice.v1 import torchserve_inference_pb2 as pb
 from sluice.v1 import torchserve_inference_pb2_grpc as pb_grpc
+from sluice_gateway.broker.redis_reader import RedisClusterReader
 
 from tests.support.models import ModelSpec
 from tests.support.redis_server import RedisServer
@@ -122,3 +125,16 @@ def test_a_change_of_weights_reaches_every_gateway(redis_server: RedisServer, ga
     started = time.monotonic()
     while set(spread(gateways, 40)) != {(port, "1.0") for port in gateways}:
         assert time.monotonic() - started < CHANGE_TIMEOUT_S, "cleared weights never reached every gateway"
+
+
+async def test_the_reader_finds_the_version_a_sequence_lives_on(redis_server: RedisServer) -> None:
+    client: aioredis.Redis = aioredis.Redis.from_url(redis_server.url)
+    control = ControlRedis(redis_server.url)
+    try:
+        await client.hset(keys.sequence("canary", "2.0", "seq-7"), "holder", "9001")
+        reader = RedisClusterReader(control)
+        assert await reader.sequence_version("canary", ["1.0", "2.0"], "seq-7") == "2.0"
+        assert await reader.sequence_version("canary", ["1.0", "2.0"], "seq-8") is None
+    finally:
+        await control.aclose()
+        await client.aclose()
