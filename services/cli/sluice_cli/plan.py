@@ -73,7 +73,13 @@ def build_plan(
     private = settings.private_redis
     password = write_redis_config(runtime.redis_config) if private else ""
     redis_url = settings.service_redis_url(runtime.redis_socket, password)
-    state = PidFile.new(runtime, redis_url, private_redis=private, gateway_target=settings.gateway_target)
+    state = PidFile.new(
+        runtime,
+        redis_url,
+        private_redis=private,
+        gateway_target=settings.gateway_target,
+        gateway_tls=settings.enable_grpc_ssl,
+    )
     key_file = settings.key_file.absolute() if token_auth_on(settings, options) else None
     state.key_file = str(key_file or "")
     services = []

@@ -2,6 +2,8 @@
 ``grpc.health.v1`` says SERVING and every startup model has its minimum workers READY."""
 
 import json
+import socket
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +21,12 @@ from sluice_cli.outcome import ModelStatus, StartFailed
 FAILURES_BEFORE_GIVING_UP = 3
 
 
-def gateway_serving(target: str, timeout_s: float = 1.0) -> bool:
+def gateway_serving(target: str, timeout_s: float = 1.0, *, tls: bool = False) -> bool:
+    """The gateway's ``grpc.health.v1`` says SERVING. Over TLS (``enable_grpc_ssl``): the port
+    completes a TLS handshake offering HTTP/2 (its certificate is not checked: a local probe, and a
+    certificate for the service's public name would not match ``target``)."""
+    if tls:
+        return tls_port_answers(target, timeout_s)
     with grpc.insecure_channel(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
@@ -27,6 +34,23 @@ def gateway_serving(target: str, timeout_s: float = 1.0) -> bool:
         except grpc.RpcError:
             return False
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def tls_port_answers(target: str, timeout_s: float) -> bool:
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]")
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    try:
+        with (
+            socket.create_connection((host, int(port)), timeout=timeout_s) as raw,
+            context.wrap_socket(raw, server_hostname=host) as secured,
+        ):
+            return secured.selected_alpn_protocol() == "h2"
+    except (OSError, ValueError):
+        return False
 
 
 def startup_report(client: "redis.Redis", manager_pid: int) -> StartupReport | None:
@@ -83,6 +107,7 @@ def wait_until_ready(
     client: "redis.Redis",
     *,
     gateway_target: str,
+    gateway_tls: bool = False,
     manager_pid: int,
     logs_dir: Path,
     timeout_s: float,
@@ -97,7 +122,7 @@ def wait_until_ready(
         check_children()
         try:
             report = startup_report(client, manager_pid)
-            statuses = _ready_statuses(client, report, logs_dir, gateway_target)
+            statuses = _ready_statuses(client, report, logs_dir, gateway_target, gateway_tls)
             if statuses is not None:
                 return statuses
             if report is not None and report.done and not extended and report.models:
@@ -108,12 +133,16 @@ def wait_until_ready(
         except redis.RedisError:
             pass  # Redis restarting: keep polling until the deadline
         if time.monotonic() >= deadline:
-            raise StartFailed(_timeout_reason(report, gateway_target))
+            raise StartFailed(_timeout_reason(report, gateway_target, gateway_tls))
         time.sleep(sleep_s)
 
 
 def _ready_statuses(
-    client: "redis.Redis", report: StartupReport | None, logs_dir: Path, gateway_target: str
+    client: "redis.Redis",
+    report: StartupReport | None,
+    logs_dir: Path,
+    gateway_target: str,
+    gateway_tls: bool,
 ) -> list[ModelStatus] | None:
     """The startup models' statuses once everything is ready; None while something is missing."""
     if report is None or not report.done:
@@ -122,7 +151,7 @@ def _ready_statuses(
         raise StartFailed("startup models could not be loaded:\n  " + "\n  ".join(report.errors))
     statuses = model_statuses(client, report, logs_dir)
     _fail_on_crash_loop(client, statuses)
-    if all(status.ready for status in statuses) and gateway_serving(gateway_target):
+    if all(status.ready for status in statuses) and gateway_serving(gateway_target, tls=gateway_tls):
         return statuses
     return None
 
@@ -145,9 +174,9 @@ def _fail_on_crash_loop(client: "redis.Redis", statuses: list[ModelStatus]) -> N
             )
 
 
-def _timeout_reason(report: StartupReport | None, gateway_target: str) -> str:
+def _timeout_reason(report: StartupReport | None, gateway_target: str, gateway_tls: bool) -> str:
     if report is None or not report.done:
         return "timed out waiting for the manager to register the startup models"
-    if not gateway_serving(gateway_target):
+    if not gateway_serving(gateway_target, tls=gateway_tls):
         return f"timed out waiting for the gateway on {gateway_target} to report SERVING"
     return "timed out waiting for the startup models' workers to be READY"

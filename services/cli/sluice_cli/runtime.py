@@ -104,6 +104,8 @@ class PidFile(BaseModel):
     # True when `sluice start` runs the Redis itself (and `sluice stop` must stop it).
     private_redis: bool
     gateway_target: str = ""
+    # The gateway's gRPC port serves TLS (enable_grpc_ssl).
+    gateway_tls: bool = False
     # Processes in start order; `sluice stop` goes through them in reverse.
     processes: list[ProcessRef] = []
     # The process that supervises them (the detached supervisor, or `sluice start --foreground`):
@@ -115,7 +117,13 @@ class PidFile(BaseModel):
 
     @classmethod
     def new(
-        cls, runtime: RuntimeDir, redis_url: str, *, private_redis: bool, gateway_target: str
+        cls,
+        runtime: RuntimeDir,
+        redis_url: str,
+        *,
+        private_redis: bool,
+        gateway_target: str,
+        gateway_tls: bool = False,
     ) -> "PidFile":
         return cls(
             runtime_dir=str(runtime.home),
@@ -123,6 +131,7 @@ class PidFile(BaseModel):
             redis_url=redis_url,
             private_redis=private_redis,
             gateway_target=gateway_target,
+            gateway_tls=gateway_tls,
         )
 
     @classmethod

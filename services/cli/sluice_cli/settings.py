@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 from sluice.auth.settings import AuthSettings
 from sluice.redis.target import is_sentinel, with_password
+from sluice.transport.tls import TlsSettings
 from sluice.typed import Bounds, NonNegativeInt, PositiveFloat
 
 # A port to listen on or connect to (never 0: the CLI must know it).
@@ -17,10 +18,11 @@ LOOPBACK = "127.0.0.1"
 
 
 @dataclass(init=False, kw_only=True)
-class CliSettings(AuthSettings):
+class CliSettings(AuthSettings, TlsSettings):
     TS_KEYS: ClassVar[dict[str, str]] = {
         # disable_token_authorization, sluice_key_file: where the manager writes the keys.
         **AuthSettings.TS_KEYS,
+        **TlsSettings.TS_KEYS,
         "grpc_inference_address": "grpc_inference_address",
         "grpc_inference_port": "grpc_inference_port",
         "grpc_management_address": "grpc_management_address",

@@ -93,6 +93,7 @@ class Supervisor:
             return wait_until_ready(
                 client,
                 gateway_target=self.state.gateway_target,
+                gateway_tls=self.state.gateway_tls,
                 manager_pid=manager.pid,
                 logs_dir=self.runtime.logs,
                 timeout_s=self.plan.ready_timeout_s,

@@ -23,6 +23,7 @@ from sluice.redis import keys
 from sluice.redis.control import COMMAND_TIMEOUT_S, ControlRedis
 from sluice.redis.errors import RedisError
 from sluice.redis.pipelined import PipelinedRedis
+from sluice.transport.tls import add_grpc_port
 
 from sluice_gateway.broker.redis_admission import RedisJobAdmission
 from sluice_gateway.broker.redis_reader import RedisClusterReader
@@ -140,7 +141,7 @@ class Gateway:
         if settings.enable_reflection:
             # TorchServe's OIP name has no descriptor in our pool: reflection lists the standard name.
             add_reflection(self.server, [torchserve_grpc.SERVICE_NAME, kserve_grpc.SERVICE_NAME])
-        self.port = self.server.add_insecure_port(settings.bind_address)
+        self.port = add_grpc_port(self.server, settings.bind_address, settings)
         self._keeper = ReplyStreamKeeper(
             self.redis,
             self.replies,

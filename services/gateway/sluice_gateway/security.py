@@ -63,8 +63,17 @@ def gateway_security(settings: GatewaySettings) -> GatewaySecurity:
 def warn_exposure(settings: GatewaySettings) -> None:
     """A WARNING for each listener that is not bound to loopback."""
     auth = settings.token_auth_enabled
-    check_listener("gateway", "grpc_inference", settings.grpc_inference_address, token_auth=auth)
-    check_listener("gateway", "inference_address", _host(settings.inference_address), token_auth=auth)
+    check_listener(
+        "gateway",
+        "grpc_inference",
+        settings.grpc_inference_address,
+        token_auth=auth,
+        tls=settings.enable_grpc_ssl,
+    )
+    rest_tls = parse_address(settings.inference_address).tls
+    check_listener(
+        "gateway", "inference_address", _host(settings.inference_address), token_auth=auth, tls=rest_tls
+    )
     if settings.enable_metrics_api:
         check_listener("gateway", "metrics_address", _host(settings.metrics_address), token_auth=None)
 

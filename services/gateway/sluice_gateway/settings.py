@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, ClassVar
 
 from sluice.auth.settings import AuthSettings
+from sluice.transport.tls import TlsSettings
 from sluice.typed import Bounds, NonNegativeFloat, NonNegativeInt, Port, PositiveFloat, PositiveInt
 
 # Gateway ids end up inside Redis keys ({gw:<id>}), so they use a key-safe alphabet.
@@ -16,11 +17,12 @@ def _random_gateway_id() -> str:
 
 
 @dataclass(init=False, kw_only=True)
-class GatewaySettings(AuthSettings):
+class GatewaySettings(AuthSettings, TlsSettings):
     """Token authorization (on by default) comes from :class:`AuthSettings`."""
 
     TS_KEYS: ClassVar[dict[str, str]] = {
         **AuthSettings.TS_KEYS,
+        **TlsSettings.TS_KEYS,
         "grpc_inference_address": "grpc_inference_address",
         "grpc_inference_port": "grpc_inference_port",
         "max_request_size": "max_request_size",

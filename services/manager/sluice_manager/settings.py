@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 from sluice.auth.settings import AuthSettings
+from sluice.transport.tls import TlsSettings
 from sluice.typed import (
     Bounds,
     InvalidValue,
@@ -29,12 +30,13 @@ GIB = 1024**3
 
 
 @dataclass(init=False, kw_only=True)
-class ManagerSettings(AuthSettings):
+class ManagerSettings(AuthSettings, TlsSettings):
     """Token authorization (on by default: disable_token_authorization, token_expiration_min, the key
     file) comes from :class:`AuthSettings`."""
 
     TS_KEYS: ClassVar[dict[str, str]] = {
         **AuthSettings.TS_KEYS,
+        **TlsSettings.TS_KEYS,
         # TorchServe's keys.
         "model_store": "model_store",
         "load_models": "load_models",
@@ -188,6 +190,7 @@ class ManagerSettings(AuthSettings):
     debug_pause_before_commit_s: NonNegativeFloat = 0.0
 
     def check(self) -> None:
+        super().check()
         try:
             UrlPolicy.parse(self.allowed_urls, self.allowed_url_networks)
         except ValueError as exc:

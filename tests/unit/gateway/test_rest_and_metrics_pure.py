@@ -15,7 +15,9 @@ def test_addresses() -> None:
     assert parse_address("http://0.0.0.0:0") == ListenAddress("0.0.0.0", 0)
     assert parse_address("http://[::1]:9") == ListenAddress("::1", 9)
     assert parse_address("unix:/tmp/s.sock") == ListenAddress(unix_path="/tmp/s.sock")
-    for bad in ("https://x:1", "unix:", "127.0.0.1:8080", "http://:80"):
+    assert parse_address("https://x:1") == ListenAddress("x", 1, tls=True)
+    assert parse_address("https://x") == ListenAddress("x", 443, tls=True)
+    for bad in ("ftp://x:1", "unix:", "127.0.0.1:8080", "http://:80"):
         with pytest.raises(ValueError):  # noqa: PT011
             parse_address(bad)
 

@@ -4,6 +4,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sluice.transport.http_listener import HttpListener, parse_address
+from sluice.transport.tls import rest_context
 
 from sluice_gateway.broker.seam import ClusterReader
 from sluice_gateway.dataplane import DataPlane
@@ -33,7 +34,8 @@ def inference_listener(
     routes = torchserve.routes() + KServeRoutes(kserve).routes() + GenerateRoutes(kserve).routes()
     app = create_app(routes, max_request_size=settings.max_request_size, extra_middlewares=middlewares)
     address = parse_address(settings.inference_address)
-    return HttpListener(app, address, name="inference", cancel_on_disconnect=True)
+    context = rest_context(settings, settings.inference_address)
+    return HttpListener(app, address, name="inference", cancel_on_disconnect=True, ssl_context=context)
 
 
 def metrics_listener(
@@ -41,5 +43,9 @@ def metrics_listener(
 ) -> HttpListener:
     app = create_app(MetricsRoutes(inference, reader).routes(), max_request_size=settings.max_request_size)
     return HttpListener(
-        app, parse_address(settings.metrics_address), name="metrics", cancel_on_disconnect=True
+        app,
+        parse_address(settings.metrics_address),
+        name="metrics",
+        cancel_on_disconnect=True,
+        ssl_context=rest_context(settings, settings.metrics_address),
     )

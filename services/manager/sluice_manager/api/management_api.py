@@ -18,6 +18,7 @@ from aiohttp import web
 from sluice.lifecycle.cancellation import cancel_and_wait
 from sluice.log import get_logger
 from sluice.transport.http_listener import HttpListener, parse_address
+from sluice.transport.tls import rest_context
 
 from sluice_manager.api.describe_job import DescribeJobs
 from sluice_manager.api.grpc_api.server import ManagementGrpcServer
@@ -91,6 +92,7 @@ class ManagementApi:
             port=settings.grpc_management_port,
             max_request_size=settings.max_request_size,
             interceptors=seams.grpc_interceptors,
+            tls=settings,
         )
         app = create_app(
             self.service,
@@ -99,7 +101,10 @@ class ManagementApi:
             extra_routes=seams.rest_routes,
         )
         address = parse_address(settings.management_address)
-        self.http = HttpListener(app, address, name="management", cancel_on_disconnect=False)
+        context = rest_context(settings, settings.management_address)
+        self.http = HttpListener(
+            app, address, name="management", cancel_on_disconnect=False, ssl_context=context
+        )
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

@@ -55,7 +55,13 @@ def manager_security(settings: ManagerSettings, redis: "aioredis.Redis") -> Mana
 def warn_exposure(settings: ManagerSettings) -> None:
     """A WARNING for each management listener that is not bound to loopback."""
     auth = settings.token_auth_enabled
-    check_listener("manager", "grpc_management", settings.grpc_management_address, token_auth=auth)
+    check_listener(
+        "manager",
+        "grpc_management",
+        settings.grpc_management_address,
+        token_auth=auth,
+        tls=settings.enable_grpc_ssl,
+    )
     rest = parse_address(settings.management_address)
     host = f"unix:{rest.unix_path}" if rest.unix_path else rest.host
-    check_listener("manager", "management_address", host, token_auth=auth)
+    check_listener("manager", "management_address", host, token_auth=auth, tls=rest.tls)

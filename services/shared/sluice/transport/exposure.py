@@ -1,6 +1,6 @@
 """Warnings about where a listener is reachable from. Every listener binds 127.0.0.1 unless told
 otherwise; anything else is logged, louder when bearer tokens would cross the network in clear text
-(Sluice serves no TLS: terminate it in front) or when no token is asked for at all."""
+(a listener without TLS: see :mod:`sluice.transport.tls`) or when no token is asked for at all."""
 
 import ipaddress
 
@@ -26,9 +26,11 @@ def is_loopback_host(host: str) -> bool:
     return address.is_loopback
 
 
-def check_listener(service: str, listener: str, host: str, *, token_auth: bool | None) -> bool:
+def check_listener(
+    service: str, listener: str, host: str, *, token_auth: bool | None, tls: bool = False
+) -> bool:
     """Log a WARNING for a non-loopback bind; returns whether the bind is loopback-only.
-    ``token_auth`` None: a listener that never asks for a token (metrics)."""
+    ``token_auth`` None: a listener that never asks for a token (metrics); ``tls``: it serves TLS."""
     if is_loopback_host(host):
         return True
     if token_auth is None:
@@ -41,10 +43,15 @@ def check_listener(service: str, listener: str, host: str, *, token_auth: bool |
             listener=listener,
             host=host,
         )
+    elif tls:
+        log.info(
+            "listener is reachable from the network over TLS", service=service, listener=listener, host=host
+        )
     else:
         log.warning(
             "listener is reachable from the network without TLS: bearer tokens travel in clear text; "
-            "put a TLS-terminating proxy in front or bind 127.0.0.1",
+            "serve TLS (certificate_file, private_key_file; https:// addresses, enable_grpc_ssl), put a "
+            "TLS-terminating proxy in front, or bind 127.0.0.1",
             service=service,
             listener=listener,
             host=host,

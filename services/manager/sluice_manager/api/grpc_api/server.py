@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grpc
+from sluice.transport.tls import TlsSettings, add_grpc_port
 
 from sluice_manager.api.grpc_api import sluice_management
 from sluice_manager.api.grpc_api.management import ManagementServicer, add_to_server
@@ -27,7 +28,9 @@ class ManagementGrpcServer:
         port: int,
         max_request_size: int,
         interceptors: Sequence[Any] = (),
+        tls: TlsSettings | None = None,
     ) -> None:
+        """``tls``: settings whose ``enable_grpc_ssl`` serves the port over TLS (None: plain text)."""
         self._server = grpc.aio.server(
             interceptors=list(interceptors),
             options=[
@@ -39,11 +42,15 @@ class ManagementGrpcServer:
         add_to_server(self._server, ManagementServicer(service))
         sluice_management.add_to_server(self._server, sluice_management.SluiceManagementServicer(service))
         self._address = bind_address(host, port)
+        self._tls = tls
         self.port = 0
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (RuntimeError if it cannot bind)."""
-        self.port = self._server.add_insecure_port(self._address)
+        if self._tls is None:
+            self.port = self._server.add_insecure_port(self._address)
+        else:
+            self.port = add_grpc_port(self._server, self._address, self._tls)
         await self._server.start()
         return self.port
 
