@@ -68,6 +68,7 @@ def test_the_stack_serves_through_a_master_failover(ha_stack: ComposeStack) -> N
     assert status == 200, body
     master = stack.container("redis")
     assert role(stack, "redis") == "master"
+    stack.cluster_id()  # read (and kept) while the redis service runs: its container is killed below
     with SteadyLoad(stack.grpc_target, MODEL, stack.metadata(), clients=4, sleep_s=0.05,
                     timeout_s=CALL_TIMEOUT_S) as load:  # fmt: skip
         load.wait_for_calls(20)
