@@ -10,6 +10,7 @@ import sys
 
 import redis
 from sluice.redis import keys
+from sluice.redis.client import connect_sync
 from sluice_manager.settings import ManagerSettings
 
 TIMEOUT_S = 3.0
@@ -17,9 +18,8 @@ TIMEOUT_S = 3.0
 
 def main() -> int:
     settings = ManagerSettings()
-    client = redis.Redis.from_url(
-        settings.redis_url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S
-    )
+    # Through the Sentinels when the stack runs on them (docker-compose.ha.yml).
+    client = connect_sync(settings.redis_url, timeout_s=TIMEOUT_S)
     try:
         raw = client.get(keys.MANAGER_LEASE)
     except redis.RedisError as exc:

@@ -91,3 +91,5 @@ def test_the_stack_serves_through_a_master_failover(ha_stack: ComposeStack) -> N
     stack.wait_for_workers(MODEL, 2)
     stack.compose("start", "redis", timeout_s=120)
     wait_for(lambda: role(stack, "redis") == "slave", 120, "the old master back as a replica")
+    # The manager's container health check reaches Redis through the Sentinels too.
+    wait_for(lambda: stack.health(stack.container("manager")) == "healthy", 120, "a healthy manager")
