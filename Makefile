@@ -18,7 +18,7 @@ help:
 	@echo "make test          venv, dependencies, protos, lint, then every test tier (a Docker engine for"
 	@echo "                   tests/docker and the compose stack's fast checks is installed and started)"
 	@echo "make test-compose  the compose stack's faults under load and supervision on a real Docker engine"
-	@echo "make compose-up    engine, images, then the compose stack (GATEWAYS=N, GPU=1, HA=1; docs/containers.md)"
+	@echo "make compose-up    engine, images, then the compose stack (GATEWAYS=N, GPU=1, HA=1, TLS=1; docs/containers.md)"
 	@echo "make compose-down  the stack, its worker containers and network (REMOVE_VOLUMES=1: also its data)"
 	@echo "make gpu-check     the GPU variant end to end on an NVIDIA GPU (prints SKIPPED without one)"
 	@echo "make install       venv + dependencies + generated protos + the 'sluice' CLI"
@@ -83,7 +83,8 @@ test-compose-tier: install
 # The compose stack (docs/containers.md): a Docker engine (installed and started when none answers),
 # the images from this tree, then `compose up` waiting until the demo model answers. GATEWAYS=N gateways
 # behind the published port; GPU=1 with docker-compose.gpu.yml; HA=1 with docker-compose.ha.yml (Redis
-# Sentinel; give compose-down HA=1 too). compose-down also removes the worker
+# Sentinel); TLS=1 with docker-compose.tls.yml (cert.pem, key.pem in TLS_DIR, default ./tls). Give
+# compose-down the same flags. compose-down also removes the worker
 # containers the manager started and stops an engine compose-up started.
 compose-images: install
 	bash scripts/docker_engine.sh start

@@ -65,10 +65,16 @@ def main() -> int:
     parser.add_argument("--expect", default='"label"', help="text every prediction must contain")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="how long to wait for the model")
     parser.add_argument("--token", default="", help="the inference key (empty: send no authorization)")
+    parser.add_argument("--ca", default="", help="PEM certificate to trust: the port serves TLS (TLS=1)")
     args = parser.parse_args()
 
     ok = True
-    with grpc.insecure_channel(args.address) as channel:
+    if args.ca:
+        with open(args.ca, "rb") as ca:
+            channel = grpc.secure_channel(args.address, grpc.ssl_channel_credentials(ca.read()))
+    else:
+        channel = grpc.insecure_channel(args.address)
+    with channel:
         stub = pb_grpc.InferenceAPIsServiceStub(channel)
         try:
             prediction = wait_for_prediction(stub, args)

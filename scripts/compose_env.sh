@@ -5,6 +5,7 @@
 #                python:3.11-slim where a registry is reachable)
 #   REDIS_IMAGE  image of the redis service (default: BASE_IMAGE when it is local/base:bookworm, else redis:7)
 #   HA=1         with docker-compose.ha.yml (Redis Sentinel: a master, two replicas, three Sentinels)
+#   TLS=1        with docker-compose.tls.yml (TLS on the published ports; TLS_DIR holds cert.pem, key.pem)
 #   COMPOSE_PROJECT_NAME  the stack's name (default: what compose itself takes, the repository folder's
 #                name, so `make compose-down` and a plain `docker compose` agree)
 # shellcheck shell=bash
@@ -13,9 +14,12 @@ if [[ -z ${REDIS_IMAGE:-} ]]; then
     if [[ $BASE_IMAGE == local/base:bookworm ]]; then REDIS_IMAGE=$BASE_IMAGE; else REDIS_IMAGE=redis:7; fi
 fi
 export REDIS_IMAGE
-if [[ ${HA:-0} == 1 && " ${COMPOSE_FILES:-} " != *" docker-compose.ha.yml "* ]]; then
-    export COMPOSE_FILES="${COMPOSE_FILES:-} docker-compose.ha.yml"
-fi
+for flag in HA TLS; do
+    file="docker-compose.$(tr '[:upper:]' '[:lower:]' <<<"$flag").yml"
+    if [[ ${!flag:-0} == 1 && " ${COMPOSE_FILES:-} " != *" $file "* ]]; then
+        export COMPOSE_FILES="${COMPOSE_FILES:-} $file"
+    fi
+done
 if [[ -z ${COMPOSE_PROJECT_NAME:-} ]]; then
     COMPOSE_PROJECT_NAME=$(basename "$SLUICE_ROOT" | tr '[:upper:]' '[:lower:]' | tr -cd 'a-z0-9_-')
 fi

@@ -6,6 +6,7 @@
 #   GATEWAYS      gateway replicas behind the published port (default 1, at most 8)
 #   MODEL_STORE   the host folder of .mar files (default ./model_store; created here, so it is yours)
 #   GPU=1         with docker-compose.gpu.yml (the CUDA worker image and SLUICE_NUMBER_OF_GPU)
+#   HA=1, TLS=1   with docker-compose.ha.yml, docker-compose.tls.yml (scripts/compose_env.sh)
 set -euo pipefail
 
 SLUICE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -60,19 +61,23 @@ if [[ -z ${SLUICE_LOAD_MODELS+set} || ${SLUICE_LOAD_MODELS} == *demo* ]]; then
         }
     fi
     log "waiting for the demo model to answer on 127.0.0.1:$grpc_port"
+    tls_args=()
+    [[ ${TLS:-0} == 1 ]] && tls_args=(--ca "${TLS_DIR:-$SLUICE_ROOT/tls}/cert.pem")
     if ! timeout $((SERVE_TIMEOUT_S + 30)) "$PYTHON" scripts/compose_check.py \
-        --address "127.0.0.1:$grpc_port" --timeout-s "$SERVE_TIMEOUT_S" --token "$token" >&2; then
+        --address "127.0.0.1:$grpc_port" --timeout-s "$SERVE_TIMEOUT_S" --token "$token" "${tls_args[@]}" >&2; then
         echo "FAIL: the stack does not serve the demo model (compose logs manager)"
         exit 1
     fi
 fi
 
+scheme=http
+[[ ${TLS:-0} == 1 ]] && scheme=https
 cat <<EOF
 Sluice is up (project $COMPOSE_PROJECT_NAME):
-  inference gRPC   127.0.0.1:$grpc_port     (TorchServe and KServe v2)
-  inference REST   http://127.0.0.1:${GATEWAY_REST_PORT:-8080}
+  inference gRPC   127.0.0.1:$grpc_port     (TorchServe and KServe v2$([[ $scheme == https ]] && echo ", TLS"))
+  inference REST   $scheme://127.0.0.1:${GATEWAY_REST_PORT:-8080}
   metrics          http://127.0.0.1:${GATEWAY_METRICS_PORT:-8082}/gateways/<1..$GATEWAYS>/metrics
-  management       127.0.0.1:${MANAGER_PORT:-7071} (gRPC), http://127.0.0.1:${MANAGER_REST_PORT:-8081} (REST)
+  management       127.0.0.1:${MANAGER_PORT:-7071} (gRPC), $scheme://127.0.0.1:${MANAGER_REST_PORT:-8081} (REST)
   model store      $MODEL_STORE
   keys             docker compose -p $COMPOSE_PROJECT_NAME exec manager cat $KEY_FILE
   down             make compose-down

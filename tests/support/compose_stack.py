@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import shutil
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -102,23 +103,36 @@ class ComposeStack:
     settings: dict[str, str] = field(default_factory=dict)
     # Override files besides docker-compose.yml (docker-compose.ha.yml), as COMPOSE_FILES has them.
     files: tuple[str, ...] = ()
+    # The certificate the published ports serve (docker-compose.tls.yml): clients trust it.
+    ca: Path | None = None
     _keys: dict[str, str] = field(default_factory=dict)
     _cluster: str = ""
 
     @classmethod
-    def create(cls, root: Path, files: tuple[str, ...] = (), **settings: str) -> "ComposeStack":
+    def create(
+        cls, root: Path, files: tuple[str, ...] = (), ca: Path | None = None, **settings: str
+    ) -> "ComposeStack":
         """A stack whose model store is ``root/store``, with override ``files``; ``settings`` are extra
-        environment variables (the stack's own variables and the SLUICE_* settings it passes through)."""
+        environment variables (the stack's own variables and the SLUICE_* settings it passes through);
+        ``ca``: the certificate its published ports serve TLS with."""
         store = root / "store"
         store.mkdir(parents=True, exist_ok=True)
         store.chmod(0o755)  # the manager reads it as its own user
         project = f"sluicet{secrets.token_hex(3)}"
         grpc, rest, metrics, management, management_rest = (free_port() for _ in range(5))
-        return cls(project, store, grpc, rest, metrics, management, management_rest, dict(settings), files)
+        return cls(
+            project, store, grpc, rest, metrics, management, management_rest, dict(settings), files, ca
+        )
 
     @property
     def grpc_target(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
+
+    def channel(self) -> grpc.Channel:
+        """A channel to the published gRPC port (over TLS when the stack serves it)."""
+        if self.ca is None:
+            return grpc.insecure_channel(self.grpc_target)
+        return grpc.secure_channel(self.grpc_target, grpc.ssl_channel_credentials(self.ca.read_bytes()))
 
     @property
     def cache_volume(self) -> str:
@@ -289,13 +303,15 @@ class ComposeStack:
 
     def management(self, method: str, path: str, timeout_s: float = 300) -> tuple[int, Any]:
         """A management REST call; (status, decoded JSON body)."""
+        scheme = "http" if self.ca is None else "https"
         request = urllib.request.Request(
-            f"http://127.0.0.1:{self.management_rest_port}{path}",
+            f"{scheme}://127.0.0.1:{self.management_rest_port}{path}",
             method=method,
             headers={"Authorization": f"Bearer {self.key('management')}"},
         )
+        context = None if self.ca is None else ssl.create_default_context(cafile=str(self.ca))
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
                 return response.status, json.loads(response.read() or b"null")
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"null")
@@ -371,7 +387,7 @@ def requests_by_gateway(slots: Sequence[int], stack: ComposeStack, model: str) -
 def answers(stack: ComposeStack, model: str = "demo", timeout_s: float = CALL_TIMEOUT_S) -> bool:
     """Whether ``model`` (the demo model's input) answers one call through the published gRPC port."""
     request = pb.PredictionsRequest(model_name=model, input={"data": b"[5.1, 3.5, 1.4, 0.2]"})
-    with grpc.insecure_channel(stack.grpc_target) as channel:
+    with stack.channel() as channel:
         stub = pb_grpc.InferenceAPIsServiceStub(channel)
         try:
             stub.Predictions(request, metadata=stack.metadata(), timeout=timeout_s)

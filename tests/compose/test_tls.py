@@ -1,0 +1,83 @@
+"""The compose stack with TLS on its published ports (docker-compose.tls.yml) and a certificate made
+in the test: the load balancer serves gRPC and REST over TLS in front of plain gateways, the manager
+serves its gRPC and REST ports over TLS; plain-text clients are refused."""
+
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from sluice.v1 import torchserve_inference_pb2 as pb
+from sluice.v1 import torchserve_inference_pb2_grpc as pb_grpc
+from sluice.v1 import torchserve_management_pb2 as mpb
+from sluice.v1 import torchserve_management_pb2_grpc as mpb_grpc
+
+from tests.support.compose_stack import ComposeStack, unavailable_reason, wait_until_serving
+
+pytestmark = [pytest.mark.compose_slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def tls_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp("compose-tls")
+    tls = root / "tls"
+    tls.mkdir()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(tls / "key.pem"), "-out", str(tls / "cert.pem"), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    # The manager reads the key as its own user (uid 10001).
+    (tls / "key.pem").chmod(0o644)
+    tls.chmod(0o755)
+    built = ComposeStack.create(
+        root, files=("docker-compose.tls.yml",), ca=tls / "cert.pem", TLS_DIR=str(tls)
+    )
+    try:
+        built.up()
+        wait_until_serving(built)
+        yield built
+    except BaseException:
+        print(built.logs())
+        raise
+    finally:
+        done = built.down()
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_published_ports_serve_tls_and_refuse_plain_text(tls_stack: ComposeStack) -> None:
+    stack = tls_stack
+    assert stack.ca is not None
+    request = pb.PredictionsRequest(model_name="demo", input={"data": b"[5.1, 3.5, 1.4, 0.2]"})
+    with stack.channel() as channel:
+        answer = pb_grpc.InferenceAPIsServiceStub(channel).Predictions(
+            request, metadata=stack.metadata(), timeout=60
+        )
+    assert b"label" in answer.prediction
+    plain = grpc.insecure_channel(stack.grpc_target)
+    with plain, pytest.raises(grpc.RpcError):
+        pb_grpc.InferenceAPIsServiceStub(plain).Predictions(request, metadata=stack.metadata(), timeout=10)
+    context = ssl.create_default_context(cafile=str(stack.ca))
+    with urllib.request.urlopen(
+        f"https://127.0.0.1:{stack.rest_port}/ping", context=context, timeout=30
+    ) as response:
+        assert response.status == 200
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        urllib.request.urlopen(f"http://127.0.0.1:{stack.rest_port}/ping", timeout=10)
+    status, listed = stack.management("GET", "/models")
+    assert status == 200
+    assert "demo" in {model["modelName"] for model in listed["models"]}
+    credentials = grpc.ssl_channel_credentials(stack.ca.read_bytes())
+    metadata = (("authorization", f"Bearer {stack.key('management')}"),)
+    with grpc.secure_channel(f"127.0.0.1:{stack.management_port}", credentials) as channel:
+        described = mpb_grpc.ManagementAPIsServiceStub(channel).DescribeModel(
+            mpb.DescribeModelRequest(model_name="demo"), metadata=metadata, timeout=30
+        )
+    assert '"modelName": "demo"' in described.msg
