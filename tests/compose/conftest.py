@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.compose_stack import ComposeStack, unavailable_reason, wait_until_serving
+from tests.support.compose_stack import ComposeStack, running, unavailable_reason
 from tests.support.models import write_mar
 from tests.support.steady_load import sleeper_model
 
@@ -32,13 +32,5 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
         pytest.skip(reason)
     built = ComposeStack.create(tmp_path_factory.mktemp("compose"))
     write_mar(sleeper_model(), built.store).chmod(0o644)
-    try:
-        built.up()
-        wait_until_serving(built)
+    with running(built):
         yield built
-    except BaseException:
-        print(built.logs())
-        raise
-    finally:
-        done = built.down()
-        assert done.returncode == 0, done.stdout + done.stderr

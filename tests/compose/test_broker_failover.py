@@ -9,20 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.compose_stack import (
-    ComposeStack,
-    docker,
-    unavailable_reason,
-    wait_for,
-    wait_until_serving,
-)
+from tests.support.compose_stack import ComposeStack, docker, running, unavailable_reason, wait_for
 from tests.support.models import write_mar
-from tests.support.steady_load import Call, SteadyLoad, sleeper_model
+from tests.support.steady_load import SteadyLoad, sleeper_model, unclear
 
 pytestmark = [pytest.mark.compose_slow, pytest.mark.timeout(900)]
 
 MODEL = "sleeper"
-CLEAR_FAILURES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "ABORTED"}
 CALL_TIMEOUT_S = 30.0
 
 
@@ -33,16 +26,8 @@ def ha_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]
         pytest.skip(reason)
     built = ComposeStack.create(tmp_path_factory.mktemp("compose-ha"), files=("docker-compose.ha.yml",))
     write_mar(sleeper_model(), built.store).chmod(0o644)
-    try:
-        built.up()
-        wait_until_serving(built)
+    with running(built):
         yield built
-    except BaseException:
-        print(built.logs())
-        raise
-    finally:
-        done = built.down()
-        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def role(stack: ComposeStack, service: str) -> str:
@@ -50,16 +35,6 @@ def role(stack: ComposeStack, service: str) -> str:
     return next(
         (line.split(":", 1)[1].strip() for line in shown.splitlines() if line.startswith("role:")), ""
     )
-
-
-def unclear(calls: list[Call]) -> list[Call]:
-    """Calls answered with another call's answer, or failed with a status that does not say why."""
-    return [
-        call
-        for call in calls
-        if (not call.error and not call.ok)
-        or (call.error and call.error.split(":", 1)[0] not in CLEAR_FAILURES)
-    ]
 
 
 def test_the_stack_serves_through_a_master_failover(ha_stack: ComposeStack) -> None:

@@ -3,7 +3,6 @@ in the test: the load balancer serves gRPC and REST over TLS in front of plain g
 serves its gRPC and REST ports over TLS; plain-text clients are refused."""
 
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,7 +14,8 @@ from sluice.v1 import torchserve_inference_pb2_grpc as pb_grpc
 from sluice.v1 import torchserve_management_pb2 as mpb
 from sluice.v1 import torchserve_management_pb2_grpc as mpb_grpc
 
-from tests.support.compose_stack import ComposeStack, unavailable_reason, wait_until_serving
+from tests.support.certificates import make_certificate
+from tests.support.compose_stack import ComposeStack, running, unavailable_reason
 
 pytestmark = [pytest.mark.compose_slow, pytest.mark.timeout(900)]
 
@@ -28,28 +28,13 @@ def tls_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack
     root = tmp_path_factory.mktemp("compose-tls")
     tls = root / "tls"
     tls.mkdir()
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(tls / "key.pem"), "-out", str(tls / "cert.pem"), "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    certificate, key = make_certificate(tls)
     # The manager reads the key as its own user (uid 10001).
-    (tls / "key.pem").chmod(0o644)
+    key.chmod(0o644)
     tls.chmod(0o755)
-    built = ComposeStack.create(
-        root, files=("docker-compose.tls.yml",), ca=tls / "cert.pem", TLS_DIR=str(tls)
-    )
-    try:
-        built.up()
-        wait_until_serving(built)
+    built = ComposeStack.create(root, files=("docker-compose.tls.yml",), ca=certificate, TLS_DIR=str(tls))
+    with running(built):
         yield built
-    except BaseException:
-        print(built.logs())
-        raise
-    finally:
-        done = built.down()
-        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_published_ports_serve_tls_and_refuse_plain_text(tls_stack: ComposeStack) -> None:

@@ -24,10 +24,8 @@ from tests.support.cli_stack import Stack
 from tests.support.models import echo_model, write_mar
 from tests.support.redis_sentinel import MASTER_NAME, SentinelGroup, sentinel_group
 from tests.support.redis_server import free_port
-from tests.support.steady_load import Call, SteadyLoad, sleeper_model
+from tests.support.steady_load import CLEAR_FAILURES, SteadyLoad, sleeper_model, unclear
 
-# What a call may end with while the broker fails over (besides its own answer).
-CLEAR_FAILURES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "ABORTED"}
 CALL_TIMEOUT_S = 20.0
 # A call ends by its deadline; this much later counts as a hang (gRPC's own deadline is exact, this
 # covers the client thread's scheduling on a loaded machine).
@@ -116,17 +114,6 @@ def served_again_after(load: SteadyLoad, killed_at: float) -> float:
     raise AssertionError(f"inference did not serve again within {SERVED_AGAIN_TIMEOUT_S} s of the kill")
 
 
-def unclear(calls: list[Call]) -> list[Call]:
-    """Calls answered with someone else's answer, failed with an unclear status, or past deadline."""
-    return [
-        call
-        for call in calls
-        if (not call.error and not call.ok)
-        or (call.error and call.error.split(":", 1)[0] not in CLEAR_FAILURES)
-        or call.ended - call.started > CALL_TIMEOUT_S + DEADLINE_SLACK_S
-    ]
-
-
 def test_every_call_is_answered_once_or_fails_clearly_across_two_failovers(
     stack: Stack, group: SentinelGroup
 ) -> None:
@@ -148,7 +135,7 @@ def test_every_call_is_answered_once_or_fails_clearly_across_two_failovers(
         calls = load.stop()
     print(f"served again {[round(o, 2) for o in outages]} s after each kill")
     assert sum(call.ok for call in calls) >= 60
-    assert unclear(calls) == []
+    assert unclear(calls, hang_after_s=CALL_TIMEOUT_S + DEADLINE_SLACK_S) == []
     finished = [stream for stream in stream_log if not stream.error]
     assert finished, "no stream finished"
     assert [s for s in finished if s.tokens != expected[s.prompt]] == []

@@ -2,29 +2,17 @@
 the inference and management ports answer over TLS only."""
 
 import ssl
-import subprocess
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
 from sluice.v1 import torchserve_inference_pb2 as pb
 from sluice.v1 import torchserve_inference_pb2_grpc as pb_grpc
 
+from tests.support.certificates import make_certificate
 from tests.support.cli_stack import Stack
 from tests.support.models import echo_model, write_mar
-
-
-def make_certificate(folder: Path) -> tuple[Path, Path]:
-    certificate, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key),
-         "-out", str(certificate), "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return certificate, key
 
 
 @pytest.fixture(scope="module")

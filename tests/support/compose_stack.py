@@ -3,6 +3,7 @@ store in a temporary folder, the model API on, a model cache volume of its own. 
 images scripts/compose_images.sh built (never builds), taken down by scripts/compose_down.sh (what
 `make compose-down` runs) with the volumes. The Docker engine is reached through the docker CLI."""
 
+import contextlib
 import json
 import os
 import secrets
@@ -12,7 +13,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -400,3 +401,19 @@ def wait_until_serving(stack: ComposeStack, model: str = "demo", timeout_s: floa
     """Until ``model`` answers through the published gRPC port (right after `up` it may not be
     registered yet, or its worker container may still be loading)."""
     wait_for(lambda: answers(stack, model, timeout_s=10), timeout_s, f"{model} served", interval_s=1)
+
+
+@contextlib.contextmanager
+def running(stack: ComposeStack) -> Iterator[ComposeStack]:
+    """``stack`` up and serving its demo model; its logs printed if bringing it up fails; taken
+    down (with its volumes) afterwards."""
+    try:
+        stack.up()
+        wait_until_serving(stack)
+        yield stack
+    except BaseException:
+        print(stack.logs())
+        raise
+    finally:
+        done = stack.down()
+        assert done.returncode == 0, done.stdout + done.stderr

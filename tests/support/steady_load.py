@@ -129,3 +129,19 @@ class SteadyLoad:
                 call = Call(command, started, time.monotonic(), error=f"{err.code().name}: {err.details()}")
             with self._lock:
                 self._calls.append(call)
+
+
+# What a call may end with while the broker fails over, besides its own answer.
+CLEAR_FAILURES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "ABORTED"})
+
+
+def unclear(calls: Sequence[Call], *, hang_after_s: float | None = None) -> list[Call]:
+    """Calls answered with another call's answer, failed with a status that does not say why, or
+    (with ``hang_after_s``) that ended that long or longer after they started."""
+    return [
+        call
+        for call in calls
+        if (not call.error and not call.ok)
+        or (call.error and call.error.split(":", 1)[0] not in CLEAR_FAILURES)
+        or (hang_after_s is not None and call.ended - call.started > hang_after_s)
+    ]

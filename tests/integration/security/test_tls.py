@@ -6,7 +6,6 @@ with a message naming the files."""
 
 import re
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +24,7 @@ from sluice.v1 import torchserve_management_pb2 as mpb
 from sluice.v1 import torchserve_management_pb2_grpc as mpb_grpc
 from sluice_manager.api.grpc_api.server import ManagementGrpcServer
 
+from tests.support.certificates import make_certificate
 from tests.support.models import echo_model
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.stack import Service, register, start_gateway, start_worker
@@ -33,14 +33,7 @@ from tests.support.stack import Service, register, start_gateway, start_worker
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
     folder = tmp_path_factory.mktemp("tls")
-    files = TlsFiles(folder / "cert.pem", folder / "key.pem")
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(files.private_key), "-out", str(files.certificate), "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return files
+    return TlsFiles(*make_certificate(folder))
 
 
 def trusting(certificate: TlsFiles) -> ssl.SSLContext:
