@@ -282,7 +282,9 @@ class PipelinedRedis:
             item = self._pending.popleft()
             future = item.future
             if item.handshake and (refusal := self._refusal(reply)):
-                log.error("redis refused the connection", client=self._name, error=refusal)
+                # A replica where the Sentinels named the master is a failover under way: a warning.
+                level = log.error if isinstance(reply, ReplyError) else log.warning
+                level("redis refused the connection", client=self._name, error=refusal)
                 self._disconnect(RedisDown(f"{self._name}: Redis refused the connection: {refusal}"))
                 return
             if isinstance(reply, ReplyError) and str(reply).startswith(_NOT_MASTER):
