@@ -304,6 +304,7 @@ async def _load(
         choice=choice,
         torch_threads=settings.torch_threads,
         tensors=record.tensors,
+        metrics_config=settings.metrics_config,
     )
     started = time.monotonic()
     try:

@@ -27,8 +27,8 @@ from sluice_worker.sink import ReplySink
 
 log = get_logger(__name__)
 
-# The metrics definitions TorchServe's frontend hands its workers by default.
-METRICS_CONFIG = Path(ts.__file__).parent / "configs" / "metrics.yaml"
+# The metrics definitions TorchServe's frontend hands its workers when config.properties names none.
+DEFAULT_METRICS_CONFIG = Path(ts.__file__).parent / "configs" / "metrics.yaml"
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class LoadSpec:
     torch_threads: int | None = None
     # KServe v2 declaration; tensor_handler models get their results packed (protocols.kserve).
     tensors: ModelTensors = NO_TENSORS
+    # config.properties metrics_config: the metrics a handler may get from context.metrics.
+    metrics_config: Path | None = None
 
 
 class HandlerService(Protocol):
@@ -61,7 +63,7 @@ def load_service(spec: LoadSpec) -> HandlerService:
     if spec.torch_threads is not None:
         torch.set_num_threads(spec.torch_threads)
     device.activate(spec.choice)
-    metrics = MetricsCacheYamlImpl(config_file_path=str(METRICS_CONFIG))
+    metrics = MetricsCacheYamlImpl(config_file_path=str(spec.metrics_config or DEFAULT_METRICS_CONFIG))
     metrics.initialize_cache()
     metrics.model_name = spec.model_name
     # TorchServe writes a metric line per request to its metrics log; here they would flood the worker log.

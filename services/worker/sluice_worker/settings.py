@@ -24,6 +24,7 @@ class WorkerSettings(CommonSettings):
         "ts_header_key_sequence_start": "header_key_sequence_start",
         "ts_header_key_sequence_end": "header_key_sequence_end",
         "sluice_sequence_drain_s": "sequence_drain_s",
+        "metrics_config": "metrics_config",
     }
 
     model_name: str
@@ -58,6 +59,9 @@ class WorkerSettings(CommonSettings):
     # then lost); with saved states it hands them over at once. Below the manager's
     # sluice_worker_stop_timeout_s, which ends in SIGKILL.
     sequence_drain_s: NonNegativeFloat = 20.0
+    # TorchServe's key: the metrics definitions (ts_metrics, model_metrics) the handler's
+    # context.metrics is built from; None: TorchServe's own ts/configs/metrics.yaml.
+    metrics_config: Path | None = None
 
     def check(self) -> None:
         # These end up inside Redis keys and log lines.

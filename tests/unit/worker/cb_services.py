@@ -4,14 +4,14 @@
 import asyncio
 from typing import Any
 
-from sluice_worker.runtime import METRICS_CONFIG
+from sluice_worker.runtime import DEFAULT_METRICS_CONFIG
 from ts.handler_utils.utils import send_intermediate_predict_response
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.service import Service
 
 
 def ts_service(entry_point: Any, batch_size: int = 4) -> Service:
-    metrics = MetricsCacheYamlImpl(config_file_path=str(METRICS_CONFIG))
+    metrics = MetricsCacheYamlImpl(config_file_path=str(DEFAULT_METRICS_CONFIG))
     metrics.initialize_cache()
     return Service("m", ".", None, entry_point, None, batch_size, metrics_cache=metrics)
 
