@@ -37,8 +37,28 @@ def role(stack: ComposeStack, service: str) -> str:
     )
 
 
+def broker_state(stack: ComposeStack) -> str:
+    """What each Redis server and Sentinel says, and the services' recent logs (for a failure)."""
+    lines = []
+    for service in ("redis", "redis-replica-1", "redis-replica-2"):
+        shown = docker("exec", stack.container(service), "redis-cli", "info", "replication", check=False)
+        lines.append(f"{service}: {' '.join(shown.split())[:300]}")
+    for service in ("sentinel-1", "sentinel-2", "sentinel-3"):
+        shown = docker("exec", stack.container(service), "redis-cli", "-p", "26379", "sentinel",
+                       "get-master-addr-by-name", "sluice", check=False)  # fmt: skip
+        lines.append(f"{service}: {' '.join(shown.split())}")
+    return "\n".join(lines) + "\n" + stack.logs(tail=40)
+
+
 def test_the_stack_serves_through_a_master_failover(ha_stack: ComposeStack) -> None:
-    stack = ha_stack
+    try:
+        serves_through_a_master_failover(ha_stack)
+    except BaseException:
+        print(broker_state(ha_stack))
+        raise
+
+
+def serves_through_a_master_failover(stack: ComposeStack) -> None:
     status, body = stack.management("POST", f"/models?url={MODEL}.mar&initial_workers=1&synchronous=true")
     assert status == 200, body
     master = stack.container("redis")
@@ -50,7 +70,7 @@ def test_the_stack_serves_through_a_master_failover(ha_stack: ComposeStack) -> N
         docker("kill", master)
         killed_at = time.monotonic()
         served_again_s = wait_for(
-            lambda: any(call.ok and call.started > killed_at for call in load.calls()), 120, "inference again"
+            lambda: any(call.ok and call.started > killed_at for call in load.calls()), 240, "inference again"
         )
         load.wait_for_calls(20)
     calls = load.calls()

@@ -50,9 +50,11 @@ def test_the_published_ports_serve_tls_and_refuse_plain_text(tls_stack: ComposeS
     with plain, pytest.raises(grpc.RpcError):
         pb_grpc.InferenceAPIsServiceStub(plain).Predictions(request, metadata=stack.metadata(), timeout=10)
     context = ssl.create_default_context(cafile=str(stack.ca))
-    with urllib.request.urlopen(
-        f"https://127.0.0.1:{stack.rest_port}/ping", context=context, timeout=30
-    ) as response:
+    ping = urllib.request.Request(
+        f"https://127.0.0.1:{stack.rest_port}/ping",
+        headers={"Authorization": f"Bearer {stack.key('inference')}"},
+    )
+    with urllib.request.urlopen(ping, context=context, timeout=30) as response:
         assert response.status == 200
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         urllib.request.urlopen(f"http://127.0.0.1:{stack.rest_port}/ping", timeout=10)
