@@ -608,3 +608,14 @@ async def test_traffic_weights_through_rest_and_grpc(api: Api) -> None:
     finally:
         await grpc_server.stop(0)
         await runner.cleanup()
+
+
+async def test_unregistering_a_weighted_version_takes_it_out_of_the_weights(api: Api) -> None:
+    for version in ("1.0", "2.0", "3.0"):
+        await api.service.register(RegisterRequest(url=api.archive("echo", version)))
+    await api.service.set_weights("echo", {"1.0": 0, "2.0": 70, "3.0": 30})
+    await api.service.unregister("echo", "2.0")
+    assert (await registry.model_routing(api.redis, "echo")).weights == {"1.0": 0, "3.0": 30}
+    await api.service.unregister("echo", "3.0")
+    # Only a zero weight is left: no weights, calls go to the default again.
+    assert (await registry.model_routing(api.redis, "echo")).weights == {}

@@ -55,6 +55,11 @@ class Remover:
                     ErrorCode.FAILED_PRECONDITION, f"Cannot remove default version for model {model}"
                 )
             record = await registry.get(model, chosen)
+            weights = (await registry.routing(model)).weights
+            if chosen in weights:
+                # Its share of the calls that name no version goes to the others (or the default).
+                remaining = {v: w for v, w in weights.items() if v != chosen}
+                await registry.set_weights(model, remaining if any(remaining.values()) else {})
             await registry.mark_removing(model, chosen)
             drained = await self._wait_for_no_workers(model, chosen)
             answered = await self.stores.jobs.fail_all(model, chosen, unregistered_error(model, chosen))
