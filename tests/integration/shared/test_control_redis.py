@@ -2,6 +2,7 @@
 batches and transactions, scripts, pub/sub, and what a lost Redis looks like."""
 
 import asyncio
+import signal
 from collections.abc import AsyncIterator
 
 import pytest
@@ -110,3 +111,30 @@ async def test_a_lost_redis_is_redis_down_for_commands_and_subscribers(
         await control.get("k")
     redis_server.start()
     assert await control.ping() is True
+
+
+async def test_a_subscription_ping_keeps_messages_and_finds_a_silent_redis(redis_server: RedisServer) -> None:
+    """A subscribed connection answers PING without losing a message; a Redis that stops answering
+    (a master gone without a TCP reset: here SIGSTOP) fails the ping within the client's timeout."""
+    control = ControlRedis(redis_server.url, timeout_s=1.0)
+    publisher: aioredis.Redis = aioredis.Redis.from_url(redis_server.url)
+    try:
+        async with control.pubsub() as subscription:
+            await subscription.subscribe("channel")
+            assert (await subscription.get_message(timeout=5))["type"] == "subscribe"  # type: ignore[index]
+            ping = asyncio.ensure_future(subscription.ping())
+            await publisher.publish("channel", "hello")
+            await ping
+            message = await subscription.get_message(timeout=5)
+            assert message is not None
+            assert (message["type"], message["data"]) == ("message", b"hello")
+            assert redis_server.process is not None
+            redis_server.process.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(RedisDown):
+                    await asyncio.wait_for(subscription.ping(), 10)
+            finally:
+                redis_server.process.send_signal(signal.SIGCONT)
+    finally:
+        await publisher.aclose()
+        await control.aclose()

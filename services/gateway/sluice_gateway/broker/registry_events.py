@@ -1,8 +1,10 @@
 """Registry events on Redis pub/sub (:data:`sluice.redis.keys.EVENTS_CHANNEL`): each one drops the registry
-cache's entries of its model, so that a change reaches the gateway before the cache's TTL."""
+cache's entries of its model, so that a change reaches the gateway before the cache's TTL. An idle
+subscription pings its connection, so one to a master that died silently (a failover) is replaced."""
 
 import asyncio
 import json
+import time
 
 from sluice.lifecycle.backoff import Backoff
 from sluice.lifecycle.cancellation import cancel_and_wait
@@ -14,6 +16,9 @@ from sluice.redis.errors import RedisError
 from sluice_gateway.registry_cache import VersionResolver
 
 log = get_logger(__name__)
+
+# A subscription that heard nothing for this long pings its connection (see Subscription.ping).
+IDLE_PING_S = 5.0
 
 
 class RegistryEvents:
@@ -52,10 +57,15 @@ class RegistryEvents:
     async def _listen(self, backoff: Backoff) -> None:
         async with self._redis.pubsub() as pubsub:
             await pubsub.subscribe(keys.EVENTS_CHANNEL)
+            idle_since = time.monotonic()
             while True:
                 message = await pubsub.get_message(timeout=1.0)
                 if message is None:
+                    if time.monotonic() - idle_since >= IDLE_PING_S:
+                        await pubsub.ping()
+                        idle_since = time.monotonic()
                     continue
+                idle_since = time.monotonic()
                 if message["type"] == "subscribe":
                     self._cache.invalidate()
                     self.subscribed.set()

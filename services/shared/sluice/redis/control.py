@@ -193,6 +193,13 @@ class Subscription:
         for channel in channels:
             self._pushed(await self._link.send("SUBSCRIBE", channel))
 
+    async def ping(self) -> None:
+        """Prove the connection alive: a reply overdue past the client's timeout drops it (the next
+        :meth:`get_message` raises RedisDown), as a master that died without a TCP reset would leave
+        it silent forever. A message that arrives in place of the pong is delivered as a message."""
+        reply = await self._link.send("PING")
+        self._pushed(reply)  # a message that came first (the pong itself is no message: dropped)
+
     async def get_message(self, timeout: float) -> dict[str, Any] | None:  # noqa: ASYNC109 (redis-py's signature)
         """The next message, None after ``timeout`` seconds without one; RedisDown once the
         connection is gone (subscribe again on a new Subscription)."""
