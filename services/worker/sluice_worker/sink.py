@@ -11,6 +11,7 @@ and hands them on:
   them to the worker's loop, in the order the frames were written, and returns at once.
 """
 
+import abc
 import asyncio
 import concurrent.futures
 import threading
@@ -27,7 +28,10 @@ log = get_logger(__name__)
 _POLL_S = 0.5
 
 
-class _FrameSink:
+class _FrameSink(abc.ABC):
+    """What TorchServe's helpers write intermediate frames to (``context.cl_socket``); subclasses say
+    where the replies go."""
+
     def __init__(self, book: ReplyBook, loop: asyncio.AbstractEventLoop) -> None:
         self._book = book
         self._loop = loop
@@ -46,8 +50,9 @@ class _FrameSink:
         if outgoing:
             self._hand_on(outgoing)
 
+    @abc.abstractmethod
     def _hand_on(self, outgoing: list[Outgoing]) -> None:
-        raise NotImplementedError
+        """Pass the replies of one intermediate frame on (called on the handler's thread)."""
 
     def close(self) -> None:
         """The call is over (or given up): later frames are dropped."""
