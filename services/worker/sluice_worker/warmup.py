@@ -10,7 +10,6 @@ TorchServe's backoff), with the handler's error in the worker log.
 
 import asyncio
 import contextlib
-import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
 from pathlib import Path
@@ -134,8 +133,7 @@ async def warm_up(
         requests = read_requests(model_dir, record.warmup_requests)
     except WarmupFileError as exc:
         raise WarmupFailed(str(exc)) from None
-    counter = itertools.count(1)
-    source = WarmupSource([warmup_job(record, next(counter), request) for request in requests])
+    source = WarmupSource([warmup_job(record, index, request) for index, request in enumerate(requests, 1)])
     stop = asyncio.Event()
     loop = asyncio.create_task(build_loop(source, stop).serve(), name="warm-up")
     answered = asyncio.create_task(source.all_answered.wait())

@@ -44,6 +44,24 @@ def _answer(target: SentinelTarget, where: str, replies: list[Any]) -> tuple[str
     return address[0].decode(), int(address[1])
 
 
+class _Replies:
+    """The replies of one Sentinel, collected from the bytes read off its connection."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._parser = hiredis.Reader(replyError=ReplyError)
+        self.replies: list[Any] = []
+
+    def feed(self, data: bytes) -> bool:
+        """Take ``data`` (EOFError when the connection closed); whether every reply is in."""
+        if not data:
+            raise EOFError("connection closed")
+        self._parser.feed(data)
+        while len(self.replies) < self._count and (reply := self._parser.gets()) is not False:
+            self.replies.append(reply)
+        return len(self.replies) == self._count
+
+
 def _failure(target: SentinelTarget, reasons: list[str]) -> NoMaster:
     return NoMaster(f"no Redis Sentinel gave the address of {target.describe()}: {'; '.join(reasons)}")
 
@@ -59,7 +77,10 @@ async def master_address(target: SentinelTarget, timeout_s: float) -> tuple[str,
             async with asyncio.timeout(timeout_s):
                 reader, writer = await asyncio.open_connection(host, port)
                 writer.write(request)
-                replies = await _read_replies(reader, count)
+                collected = _Replies(count)
+                while not collected.feed(await reader.read(4096)):
+                    pass
+                replies = collected.replies
         except (OSError, TimeoutError, EOFError) as exc:
             reasons.append(f"{where}: {exc or type(exc).__name__}")
             continue
@@ -73,19 +94,6 @@ async def master_address(target: SentinelTarget, timeout_s: float) -> tuple[str,
     raise _failure(target, reasons)
 
 
-async def _read_replies(reader: asyncio.StreamReader, count: int) -> list[Any]:
-    parser = hiredis.Reader(replyError=ReplyError)
-    replies: list[Any] = []
-    while len(replies) < count:
-        data = await reader.read(4096)
-        if not data:
-            raise EOFError("connection closed")
-        parser.feed(data)
-        while len(replies) < count and (reply := parser.gets()) is not False:
-            replies.append(reply)
-    return replies
-
-
 def master_address_sync(target: SentinelTarget, timeout_s: float) -> tuple[str, int]:
     """:func:`master_address` for a program without an event loop (``sluice start``)."""
     request, count = _requests(target)
@@ -95,15 +103,10 @@ def master_address_sync(target: SentinelTarget, timeout_s: float) -> tuple[str, 
         try:
             with socket.create_connection((host, port), timeout=timeout_s) as connection:
                 connection.sendall(request)
-                parser = hiredis.Reader(replyError=ReplyError)
-                replies: list[Any] = []
-                while len(replies) < count:
-                    data = connection.recv(4096)
-                    if not data:
-                        raise EOFError("connection closed")
-                    parser.feed(data)
-                    while len(replies) < count and (reply := parser.gets()) is not False:
-                        replies.append(reply)
+                collected = _Replies(count)
+                while not collected.feed(connection.recv(4096)):
+                    pass
+                replies = collected.replies
         except (OSError, EOFError) as exc:
             reasons.append(f"{where}: {exc or type(exc).__name__}")
             continue
