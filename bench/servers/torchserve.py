@@ -38,6 +38,8 @@ class TorchServeServer:
     name: str = "torchserve"
     # Set in the environment of the frontend, which passes it on to its workers (OMP_NUM_THREADS=1).
     extra_env: dict[str, str] = field(default_factory=dict)
+    # More config.properties keys (metrics_mode, metrics_config, ...).
+    properties: dict[str, str] = field(default_factory=dict)
     _java: psutil.Process | None = None
 
     @property
@@ -58,7 +60,7 @@ class TorchServeServer:
     ) -> StartTiming:
         self.tmpdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "config.properties"
-        config.write_text(config_properties(self.ports, models_json))
+        config.write_text(config_properties(self.ports, models_json, **self.properties))
         argv = [
             str(self.venv / "bin" / "torchserve"),
             "--start",

@@ -2,6 +2,7 @@
 READY -> serve -> withdraw. Returns the process exit code (see :class:`sluice_worker.exit_codes.ExitCode`)."""
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import os
@@ -25,6 +26,7 @@ from sluice_worker.async_loop import AsyncWorker
 from sluice_worker.batch_policy import Batching
 from sluice_worker.broker.artifact_endpoint import RedisArtifactEndpoints
 from sluice_worker.broker.job_stream import JobQueue
+from sluice_worker.broker.metrics_writer import MetricsWriter
 from sluice_worker.broker.presence import Presence
 from sluice_worker.broker.reclaim import Reclaimer
 from sluice_worker.broker.redis_source import RedisJobSource
@@ -35,7 +37,9 @@ from sluice_worker.broker.version_record import wait_for_record
 from sluice_worker.continuous import ContinuousWorker
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.handler_loop import HandlerLoop
+from sluice_worker.metric_capture import capturing
 from sluice_worker.model_fetch import FetchError, model_folder
+from sluice_worker.model_metrics import ModelMetrics, declared_metrics
 from sluice_worker.protocols import Protocols
 from sluice_worker.sequence_state import SequenceStates
 from sluice_worker.settings import WorkerSettings
@@ -57,8 +61,13 @@ async def run(settings: WorkerSettings, torch_thread: TorchThread) -> ExitCode:
         timeout_s=settings.read_block_ms / 1000 + redis_client.COMMAND_TIMEOUT_S,
         name="jobs",
     )
+    metrics = ModelMetrics(
+        declared_metrics(settings.metrics_config or runtime.DEFAULT_METRICS_CONFIG),
+        settings.model_metrics_auto_detect,
+    )
     try:
-        return await _run(settings, torch_thread, redis, hot)
+        with capturing(metrics):
+            return await _run(settings, torch_thread, redis, hot, metrics)
     finally:
         await hot.close()
         await redis.aclose()
@@ -79,7 +88,11 @@ class _Started:
 
 
 async def _run(
-    settings: WorkerSettings, torch_thread: TorchThread, redis: "aioredis.Redis", hot: PipelinedRedis
+    settings: WorkerSettings,
+    torch_thread: TorchThread,
+    redis: "aioredis.Redis",
+    hot: PipelinedRedis,
+    metrics: ModelMetrics,
 ) -> ExitCode:
     # SIGTERM sets `stop`; the loop stops reading once `serving_stop` is set (see _stop_serving).
     stop = asyncio.Event()
@@ -100,13 +113,19 @@ async def _run(
     # The startup task bound it in its own context copy.
     structlog.contextvars.bind_contextvars(worker=started.worker_id)
     heartbeat = asyncio.create_task(started.presence.run(), name="heartbeat")
+    metrics_writer = MetricsWriter(redis, settings.model_name, settings.model_version, metrics)
+    writing_metrics = asyncio.create_task(metrics_writer.run(), name="handler metrics")
     stopping = asyncio.create_task(_stop_serving(stop, serving_stop, started, settings), name="stopping")
     try:
         exit_code = await started.worker.serve()
     finally:
         stopping.cancel()
+        writing_metrics.cancel()
         started.presence.stop()
         await heartbeat
+    with contextlib.suppress(asyncio.CancelledError):
+        await writing_metrics
+    await metrics_writer.write()
     await until_done(started.presence.withdraw, "withdraw")
     await until_done(started.source.leave, "leave the consumer group")
     log.info("worker stopped", exit_code=int(exit_code))

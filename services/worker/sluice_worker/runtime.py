@@ -3,7 +3,6 @@ worker (``ts/model_service_worker.py``) does, minus the socket. Both functions r
 thread (:class:`sluice_worker.torch_thread.TorchThread`)."""
 
 import copy
-import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,8 +65,6 @@ def load_service(spec: LoadSpec) -> HandlerService:
     metrics = MetricsCacheYamlImpl(config_file_path=str(spec.metrics_config or DEFAULT_METRICS_CONFIG))
     metrics.initialize_cache()
     metrics.model_name = spec.model_name
-    # TorchServe writes a metric line per request to its metrics log; here they would flood the worker log.
-    logging.getLogger("ts.metrics").setLevel(logging.WARNING)
     service = TsModelLoader().load(
         spec.model_name,
         spec.model_dir,

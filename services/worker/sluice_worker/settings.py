@@ -25,6 +25,7 @@ class WorkerSettings(CommonSettings):
         "ts_header_key_sequence_end": "header_key_sequence_end",
         "sluice_sequence_drain_s": "sequence_drain_s",
         "metrics_config": "metrics_config",
+        "model_metrics_auto_detect": "model_metrics_auto_detect",
     }
 
     model_name: str
@@ -62,6 +63,9 @@ class WorkerSettings(CommonSettings):
     # TorchServe's key: the metrics definitions (ts_metrics, model_metrics) the handler's
     # context.metrics is built from; None: TorchServe's own ts/configs/metrics.yaml.
     metrics_config: Path | None = None
+    # TorchServe's key: a metric a handler records that metrics_config does not declare is exported
+    # with the kind, unit and dimensions its first line gives (off: it is dropped).
+    model_metrics_auto_detect: bool = False
 
     def check(self) -> None:
         # These end up inside Redis keys and log lines.

@@ -1,7 +1,7 @@
 """The metrics scrape's reads on Redis (:meth:`~.seam.ClusterReader.version_stats`): every version's
-queue depth, workers, batch sizes and record, and the autoscaler's targets. A scrape costs the model
-list and three pipelined round trips whatever the number of versions (the autoscaler's state comes with
-the second).
+queue depth, workers, batch sizes, record and handler metrics, and the autoscaler's targets. A scrape
+costs the model list and three pipelined round trips whatever the number of versions (the
+autoscaler's state comes with the second).
 """
 
 import json
@@ -14,8 +14,9 @@ from sluice.registry.records import VersionRecord, WorkerRecord
 
 from sluice_gateway.metrics.cluster import VersionStats
 
-# Reads per version in a scrape's second pipeline: queue depth, workers, batch sizes, record.
-_READS = 4
+# Reads per version in a scrape's second pipeline: queue depth, workers, batch sizes, record,
+# handler metrics.
+_READS = 5
 
 
 async def _versions(redis: ControlRedis) -> list[tuple[str, str]]:
@@ -43,6 +44,7 @@ async def read_stats(redis: ControlRedis) -> list[VersionStats]:
             pipe.hgetall(keys.workers(model, version))
             pipe.hgetall(keys.batch_sizes(model, version))
             pipe.hgetall(keys.version_config(model, version))
+            pipe.hgetall(keys.handler_metrics(model, version))
         scaling, *raw = await pipe.execute()
     desired = _desired_counts(scaling)
     workers = [_records(raw[i * _READS + 1]) for i in range(len(versions))]
@@ -54,11 +56,23 @@ async def read_stats(redis: ControlRedis) -> list[VersionStats]:
     stats = []
     for i, (model, version) in enumerate(versions):
         live = tuple(record for record in workers[i] if next(alive))
-        depth, _, raw_sizes, config = raw[i * _READS : (i + 1) * _READS]
+        depth, _, raw_sizes, config, handler = raw[i * _READS : (i + 1) * _READS]
         sizes = {int(size): int(count) for size, count in raw_sizes.items() if _text(size).isdigit()}
         wanted = desired.get(f"{model}:{version}")
         generative = _generative(config)
-        stats.append(VersionStats(model, version, int(depth), len(live), sizes, wanted, live, generative))
+        stats.append(
+            VersionStats(
+                model,
+                version,
+                int(depth),
+                len(live),
+                sizes,
+                wanted,
+                live,
+                generative,
+                {_text(field): _text(value) for field, value in handler.items()},
+            )
+        )
     return stats
 
 

@@ -18,7 +18,7 @@ The gauges are built here from :class:`VersionStats`, which the broker's
 """
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sluice.registry.records import WorkerRecord
 
@@ -40,6 +40,8 @@ class VersionStats:
     workers: tuple[WorkerRecord, ...] = ()
     # The version keeps requests running across handler calls (its workers report running / slots).
     generative: bool = False
+    # What its handlers recorded through context.metrics: the raw fields of sluice.handler_metrics.
+    handler_metrics: dict[str, str] = field(default_factory=dict)
 
     @property
     def labels(self) -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@ from aiohttp import web
 from sluice.log import get_logger
 
 from sluice_gateway.broker.seam import BrokerUnavailable, ClusterReader
-from sluice_gateway.metrics import cluster
+from sluice_gateway.metrics import cluster, handler
 from sluice_gateway.metrics.exposition import CONTENT_TYPE, MetricFamily, render, select
 from sluice_gateway.metrics.inference import InferenceMetrics
 
@@ -27,7 +27,8 @@ class MetricsRoutes:
 
     async def _cluster(self) -> list[MetricFamily]:
         try:
-            return cluster.families(await self._reader.version_stats())
+            stats = await self._reader.version_stats()
+            return cluster.families(stats) + handler.families(stats)
         except BrokerUnavailable as exc:
             log.warning("cluster metrics unavailable: Redis unreachable", error=str(exc))
             return []

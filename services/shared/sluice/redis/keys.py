@@ -173,3 +173,9 @@ def version_keys_pattern(model: str, version: str) -> str:
 # Token authorization (sluice.auth.store): hash kind -> SHA-256 digest of its key, plus
 # "<kind>_expires_ms". Written by the manager (startup, /token); read by every API process.
 AUTH_KEYS = f"{PREFIX}:auth:keys"
+
+
+def handler_metrics(model: str, version: str) -> str:
+    """Hash of the metrics the version's handlers record through ``context.metrics`` (TorchServe's
+    model metrics): a field per series and part, see :mod:`sluice.handler_metrics`."""
+    return f"{_version_tag(model, version)}:handler-metrics"
