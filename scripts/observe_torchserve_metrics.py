@@ -20,7 +20,7 @@ from bench.tools import ensure_torchserve_venv  # noqa: E402
 from tests.support import metrics_archive  # noqa: E402
 
 OUT = ROOT / "tests" / "e2e" / "torchserve_observed" / "handler_metrics.prom"
-WAIT_S = 30.0
+WAIT_S = 60.0
 
 
 def main() -> None:
@@ -39,6 +39,8 @@ def main() -> None:
                 "metrics_mode": "prometheus",
                 "metrics_config": str(config),
                 "model_metrics_auto_detect": "true",
+                # Seconds between system metric collections (60 by default).
+                "metric_time_interval": "2",
             },
         )
         server.start([metrics_archive.MODEL])
@@ -59,12 +61,13 @@ def main() -> None:
 
 
 def _scrape(port: int) -> str:
-    """The metrics body once every request's metrics are in (the frontend reads worker lines async)."""
+    """The metrics body once every request's metrics and the system metrics are in (the frontend
+    reads worker lines asynchronously and collects system metrics every metric_time_interval)."""
     deadline = time.monotonic() + WAIT_S
     while True:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             text: str = response.read().decode()
-        done = f'MeteredRequests{{ModelName="{metrics_archive.MODEL}"' in text and any(
+        done = "\nCPUUtilization{" in text and any(
             line.startswith("MeteredRequests{") and line.endswith(f" {float(len(metrics_archive.BODIES))}")
             for line in text.splitlines()
         )

@@ -18,6 +18,24 @@ from tests.support.eventually import eventually
 
 OBSERVED = Path(__file__).parent / "torchserve_observed" / "handler_metrics.prom"
 COMPARED = (*metrics_archive.DETERMINISTIC, metrics_archive.MISMATCHED)
+SHAPED = (
+    "PredictionTime",
+    "ts_inference_requests_total",
+    "ts_inference_latency_microseconds",
+    "ts_queue_latency_microseconds",
+    "Requests2XX",
+    "Requests4XX",
+    "Requests5XX",
+    "QueueTime",
+    "WorkerLoadTime",
+    "CPUUtilization",
+    "MemoryUsed",
+    "MemoryAvailable",
+    "MemoryUtilization",
+    "DiskUsage",
+    "DiskUtilization",
+    "DiskAvailable",
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +85,14 @@ async def test_handler_metrics_read_as_torchserve_shows_them(stack: Stack) -> No
     assert metrics_archive.families(text, COMPARED) == metrics_archive.families(
         OBSERVED.read_text(), COMPARED
     )
-    # TorchServe's own PredictionTime: same HELP, TYPE and labels (its value is a duration).
-    ours = metrics_archive.families(text, ("PredictionTime",))["PredictionTime"]
-    torchserve = metrics_archive.families(OBSERVED.read_text(), ("PredictionTime",))["PredictionTime"]
-    assert ours[:2] == torchserve[:2]
-    assert [line.rsplit(" ", 1)[0] for line in ours[2:]] == [
-        line.rsplit(" ", 1)[0] for line in torchserve[2:]
-    ]
+    # TorchServe's own PredictionTime, frontend and system metrics: the same HELP, TYPE and labels
+    # (their values are durations, counts of polls and this machine's load).
+    assert shapes(text) == shapes(OBSERVED.read_text())
+
+
+def shapes(text: str) -> dict[str, list[str]]:
+    """The named families with each sample's value cut off."""
+    return {
+        name: [line if line.startswith("#") else line.rsplit(" ", 1)[0] for line in lines]
+        for name, lines in metrics_archive.families(text, SHAPED).items()
+    }

@@ -37,10 +37,66 @@ HANDLER = textwrap.dedent("""
         return out
 """).lstrip()
 
+# TorchServe's own frontend metrics (ts_metrics) as its default file declares them, and the handler's.
 METRICS_CONFIG = textwrap.dedent("""
     dimensions:
       - &model_name "ModelName"
+      - &worker_name "WorkerName"
       - &level "Level"
+      - &device_id "DeviceId"
+      - &hostname "Hostname"
+
+    ts_metrics:
+      counter:
+        - name: Requests2XX
+          unit: Count
+          dimensions: [*level, *hostname]
+        - name: Requests4XX
+          unit: Count
+          dimensions: [*level, *hostname]
+        - name: Requests5XX
+          unit: Count
+          dimensions: [*level, *hostname]
+        - name: ts_inference_requests_total
+          unit: Count
+          dimensions: ["model_name", "model_version", "hostname"]
+        - name: ts_inference_latency_microseconds
+          unit: Microseconds
+          dimensions: ["model_name", "model_version", "hostname"]
+        - name: ts_queue_latency_microseconds
+          unit: Microseconds
+          dimensions: ["model_name", "model_version", "hostname"]
+      gauge:
+        - name: QueueTime
+          unit: Milliseconds
+          dimensions: [*level, *hostname]
+        - name: WorkerThreadTime
+          unit: Milliseconds
+          dimensions: [*level, *hostname]
+        - name: WorkerLoadTime
+          unit: Milliseconds
+          dimensions: [*worker_name, *level, *hostname]
+        - name: CPUUtilization
+          unit: Percent
+          dimensions: [*level, *hostname]
+        - name: MemoryUsed
+          unit: Megabytes
+          dimensions: [*level, *hostname]
+        - name: MemoryAvailable
+          unit: Megabytes
+          dimensions: [*level, *hostname]
+        - name: MemoryUtilization
+          unit: Percent
+          dimensions: [*level, *hostname]
+        - name: DiskUsage
+          unit: Gigabytes
+          dimensions: [*level, *hostname]
+        - name: DiskUtilization
+          unit: Percent
+          dimensions: [*level, *hostname]
+        - name: DiskAvailable
+          unit: Gigabytes
+          dimensions: [*level, *hostname]
 
     model_metrics:
       counter:

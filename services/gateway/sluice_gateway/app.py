@@ -182,6 +182,7 @@ class Gateway:
             ModelHealth(self.cluster),
             self.kserve,
             self.sequence_headers,
+            self.metrics,
             self._rest_middlewares(),
         )
         self.listeners.append(rest)

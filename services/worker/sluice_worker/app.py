@@ -165,6 +165,7 @@ async def _start(
     if record is None:
         log.error("version record not found; is the model registered?", waited_s=settings.record_wait_s)
         return ExitCode.LOAD_FAILED
+    began = time.monotonic()
     worker_id = settings.worker_id
     if worker_id is None:
         worker_id = await until_done(lambda: registry.next_worker_id(redis), "worker id")
@@ -190,6 +191,7 @@ async def _start(
     if loaded is None:
         return ExitCode.LOAD_FAILED
     service, choice = loaded
+    load_ms = int((time.monotonic() - began) * 1000)
     # One handler loop for the warm-up and the serving: an async handler's state stays on one loop.
     handler_loop = (
         HandlerLoop(on_start=lambda: device.activate(choice)) if record.async_communication else None
@@ -220,7 +222,7 @@ async def _start(
         redis,
         model,
         version,
-        _worker_record(worker_id, choice),
+        _worker_record(worker_id, choice, load_ms),
         interval_s=settings.heartbeat_interval_s,
         ttl_ms=settings.heartbeat_ttl_ms,
         refresh=usage_refresher(
@@ -340,7 +342,7 @@ async def _load(
     return service, choice
 
 
-def _worker_record(worker_id: str, choice: device.DeviceChoice) -> WorkerRecord:
+def _worker_record(worker_id: str, choice: device.DeviceChoice, load_ms: int) -> WorkerRecord:
     return WorkerRecord(
         worker_id=worker_id,
         pid=os.getpid(),
@@ -349,6 +351,7 @@ def _worker_record(worker_id: str, choice: device.DeviceChoice) -> WorkerRecord:
         started_unix_ms=int(time.time() * 1000),
         device=choice.device,
         gpu=choice.is_gpu,
+        load_ms=load_ms,
     )
 
 

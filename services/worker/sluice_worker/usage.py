@@ -2,7 +2,7 @@
 metrics and the autoscaler see it for workers on any host: the process's resident memory, the share
 of the time since the last beat its handler was running and, on a GPU, TorchServe's
 ``GPUUtilization`` (percent, through NVML when torch can reach it) and ``GPUMemoryUsed`` (MiB this
-process holds on the device).
+process holds on the device); and its host's CPU, memory and disk (:mod:`sluice.host_readings`).
 
 The GPU readings go through a small :class:`GpuReadings` seam, so the CUDA path is unit-tested on
 machines without a GPU.
@@ -15,6 +15,7 @@ from typing import Protocol
 
 import psutil
 import torch
+from sluice.host_readings import HostReadings, read_host
 from sluice.registry.records import WorkerRecord
 
 from sluice_worker.device import DeviceChoice
@@ -65,6 +66,7 @@ def usage_refresher(
     rss: Callable[[], int] | None = None,
     running: Callable[[], int] = lambda: 0,
     slots: int = 0,
+    host: Callable[[], HostReadings] = read_host,
 ) -> Callable[[WorkerRecord], WorkerRecord]:
     """A function that returns ``record`` with this worker's current use filled in; ``busy_s`` gives
     the seconds its handler has run so far; a generative model's worker reports the requests it
@@ -77,7 +79,12 @@ def usage_refresher(
 
     def refresh(record: WorkerRecord) -> WorkerRecord:
         used = dataclasses.replace(
-            record, memory_bytes=read_rss(), busy_share=busy.read(), running=running(), slots=slots
+            record,
+            memory_bytes=read_rss(),
+            busy_share=busy.read(),
+            running=running(),
+            slots=slots,
+            host_readings=host(),
         )
         if not on_cuda or choice.gpu_id is None:
             return used

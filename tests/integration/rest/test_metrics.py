@@ -9,6 +9,7 @@ import aiohttp
 import grpc
 import redis.asyncio as aioredis
 from sluice.envelope import Job, Reply, WireProtocol
+from sluice.host_readings import HostReadings
 from sluice.redis import keys
 from sluice.registry.records import WorkerRecord, WorkerStatus
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
@@ -180,3 +181,65 @@ async def test_workers_of_a_generative_version_show_running_requests_and_slots( 
     assert 'sluice_worker_slots{model_name="llm",model_version="1",worker="9000",} 8.0\n' in text
     assert 'sluice_worker_running_requests{model_name="mlp"' not in text  # not generative
     assert 'sluice_worker_slots{model_name="mlp"' not in text
+
+
+async def test_http_responses_count_by_status_class_and_the_queue_time_is_the_last_jobs(  # type: ignore[no-untyped-def]
+    http, metrics_http, redis_client: aioredis.Redis, responder
+) -> None:
+    await register(redis_client)
+    await responder(answer)
+    for path in ("/predictions/echo", "/predictions/echo", "/predictions/nope"):
+        async with http.post(path, data=b"x") as resp:
+            await resp.read()
+    host = socket.gethostname()
+    labels = f'{{Level="Host",Hostname="{host}",}}'
+    text = await scrape(metrics_http)
+    assert value(text, f"Requests2XX{labels}") == 2.0
+    assert value(text, f"Requests4XX{labels}") == 1.0  # the unknown model
+    assert f"Requests5XX{labels}" not in text
+    assert value(text, f"QueueTime{labels}") == 5.0  # the responder says "queued for 5 ms"
+    # The metrics port's own responses count too, as TorchServe's do (the first scrape is in now).
+    assert value(await scrape(metrics_http), f"Requests2XX{labels}") == 3.0
+
+
+async def test_workers_report_their_load_time_and_their_hosts_system_metrics(  # type: ignore[no-untyped-def]
+    metrics_http, redis_client: aioredis.Redis
+) -> None:
+    await register(redis_client)
+    readings = HostReadings(
+        cpu_percent=12.5,
+        memory_used_mib=2048.0,
+        memory_available_mib=1024.0,
+        memory_percent=66.7,
+        disk_used_gib=30.0,
+        disk_available_gib=70.0,
+        disk_percent=30.0,
+    )
+    record = WorkerRecord(
+        worker_id="9043",
+        pid=1,
+        host="far-host",
+        status=WorkerStatus.READY,
+        started_unix_ms=1,
+        load_ms=1234,
+        host_readings=readings,
+    )
+    await redis_client.hset(keys.workers("echo", "1.0"), "9043", record.to_json())
+    await redis_client.set(keys.heartbeat("echo", "1.0", "9043"), 1, px=60_000)
+    text = await scrape(metrics_http)
+    far = '{Level="Host",Hostname="far-host",}'
+    assert 'WorkerLoadTime{WorkerName="W-9043-echo_1.0",Level="Host",Hostname="far-host",} 1234.0\n' in text
+    expected = {
+        "CPUUtilization": 12.5,
+        "MemoryUsed": 2048.0,
+        "MemoryAvailable": 1024.0,
+        "MemoryUtilization": 66.7,
+        "DiskUsage": 30.0,
+        "DiskAvailable": 70.0,
+        "DiskUtilization": 30.0,
+    }
+    assert {name: value(text, f"{name}{far}") for name in expected} == expected
+    # The gateway's own host is read at scrape time.
+    own = f'{{Level="Host",Hostname="{socket.gethostname()}",}}'
+    assert value(text, f"MemoryUsed{own}") > 0
+    assert "# HELP DiskUsage Torchserve prometheus gauge metric with unit: Gigabytes\n" in text

@@ -1,6 +1,7 @@
 """What a worker reports of its use with each heartbeat, CUDA paths included (chosen by configuration:
 no GPU is needed)."""
 
+from sluice.host_readings import HostReadings, read_host
 from sluice.registry.records import WorkerRecord, WorkerStatus
 from sluice_worker.device import choose_device
 from sluice_worker.usage import MIB, BusyShare, usage_refresher
@@ -75,3 +76,22 @@ def test_the_busy_share_goes_into_the_record() -> None:
     ran = iter([0.0, 0.25])
     refreshed = usage_refresher(choose_device(None, 0), lambda: next(ran), FakeGpu(), rss=lambda: 1)(RECORD)
     assert 0.0 < refreshed.busy_share <= 1.0
+
+
+def test_each_beat_carries_the_hosts_system_readings() -> None:
+    readings = iter([HostReadings(memory_used_mib=1.0), HostReadings(memory_used_mib=2.0)])
+    refresh = usage_refresher(
+        choose_device(None, 0), never_busy, FakeGpu(), rss=lambda: 1, host=lambda: next(readings)
+    )
+    assert refresh(RECORD).host_readings.memory_used_mib == 1.0
+    assert refresh(RECORD).host_readings.memory_used_mib == 2.0
+
+
+def test_the_hosts_readings_are_real_and_survive_the_record_round_trip() -> None:
+    read = read_host()
+    assert read.memory_used_mib > 0
+    assert 0 < read.disk_percent <= 100
+    record = WorkerRecord.from_json(
+        usage_refresher(choose_device(None, 0), never_busy, FakeGpu())(RECORD).to_json()
+    )
+    assert record.host_readings.memory_available_mib > 0

@@ -6,6 +6,8 @@
 - ``sluice_desired_workers``: the workers the manager's autoscaler wants the version to run.
 - ``sluice_batch_size``: histogram of handler batch sizes; workers HINCRBY ``keys.batch_sizes`` once
   per batch, in the pipeline that writes the batch's replies.
+- Per live worker, TorchServe's ``WorkerLoadTime`` (``WorkerName`` ``W-<worker>-<model>_<version>``,
+  ``Level="Host"``, ``Hostname``): milliseconds from taking up its version to its handler loaded.
 - Per live worker, from the record it refreshes with every heartbeat: ``sluice_worker_memory_bytes``
   (resident memory) and, on a GPU, TorchServe's ``GPUUtilization`` (percent) and ``GPUMemoryUsed``
   (MiB) with its labels (Level, DeviceId, Hostname) plus the worker's.
@@ -95,7 +97,26 @@ def _worker_families(stats: Sequence[VersionStats]) -> list[MetricFamily]:
             for w in s.workers
         ],
     )
-    return [memory, *_generative_families(stats), *_gpu_families(stats)]
+    load_time = MetricFamily(
+        "WorkerLoadTime",
+        "gauge",
+        "Torchserve prometheus gauge metric with unit: Milliseconds",
+        [
+            Sample(
+                "WorkerLoadTime",
+                [
+                    ("WorkerName", f"W-{w.worker_id}-{s.model}_{s.version}"),
+                    ("Level", "Host"),
+                    ("Hostname", w.host),
+                ],
+                w.load_ms,
+            )
+            for s in stats
+            for w in s.workers
+            if w.load_ms > 0
+        ],
+    )
+    return [memory, load_time, *_generative_families(stats), *_gpu_families(stats)]
 
 
 def _generative_families(stats: Sequence[VersionStats]) -> list[MetricFamily]:

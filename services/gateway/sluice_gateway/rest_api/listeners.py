@@ -28,11 +28,17 @@ def inference_listener(
     model_health: ModelHealth,
     kserve: KServeService,
     sequence_headers: SequenceHeaders,
+    counters: InferenceMetrics,
     middlewares: Sequence[Any] = (),
 ) -> HttpListener:
     torchserve = TorchServeRoutes(plane, resolver, model_health, sequence_headers)
     routes = torchserve.routes() + KServeRoutes(kserve).routes() + GenerateRoutes(kserve).routes()
-    app = create_app(routes, max_request_size=settings.max_request_size, extra_middlewares=middlewares)
+    app = create_app(
+        routes,
+        max_request_size=settings.max_request_size,
+        extra_middlewares=middlewares,
+        on_prepare=[counters.on_response_prepare],
+    )
     address = parse_address(settings.inference_address)
     context = rest_context(settings, settings.inference_address)
     return HttpListener(app, address, name="inference", cancel_on_disconnect=True, ssl_context=context)
@@ -41,7 +47,11 @@ def inference_listener(
 def metrics_listener(
     settings: GatewaySettings, inference: InferenceMetrics, reader: ClusterReader
 ) -> HttpListener:
-    app = create_app(MetricsRoutes(inference, reader).routes(), max_request_size=settings.max_request_size)
+    app = create_app(
+        MetricsRoutes(inference, reader).routes(),
+        max_request_size=settings.max_request_size,
+        on_prepare=[inference.on_response_prepare],
+    )
     return HttpListener(
         app,
         parse_address(settings.metrics_address),

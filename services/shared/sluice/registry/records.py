@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.host_readings import HostReadings
 from sluice.kserve.declaration import ModelTensors
 from sluice.typed import Checked
 
@@ -154,6 +155,11 @@ class WorkerRecord(Checked):
     # async handler's calls in flight), and how many it takes at once (its slots).
     running: int = 0
     slots: int = 0
+    # Milliseconds from the worker taking up its model version (its record read) to its handler
+    # loaded, the model's files fetched on the way (TorchServe's WorkerLoadTime).
+    load_ms: int = 0
+    # Its host's CPU, memory and disk as of the last beat (TorchServe's system metrics).
+    host_readings: HostReadings = field(default_factory=HostReadings)
 
     @property
     def load_share(self) -> float:
