@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -35,10 +35,17 @@ class Stack:
     management_http_port: int
     metrics_port: int
     redis_port: int
+    # More environment for `sluice` and the services it starts.
+    env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def create(cls, root: Path, extra_properties: str = "") -> "Stack":
-        stack = cls(root, *(free_port() for _ in range(6)))
+        grpc_port, management_port, http_port, management_http_port, metrics_port, redis_port = (
+            free_port() for _ in range(6)
+        )
+        stack = cls(
+            root, grpc_port, management_port, http_port, management_http_port, metrics_port, redis_port
+        )
         (root / "store").mkdir(parents=True, exist_ok=True)
         (root / "config.properties").write_text(
             f"grpc_inference_port={stack.grpc_port}\n"
@@ -67,7 +74,7 @@ class Stack:
         return subprocess.run(
             [str(SLUICE), *args],
             cwd=self.root,
-            env=clean_env(),
+            env={**clean_env(), **self.env},
             capture_output=True,
             text=True,
             timeout=timeout_s,

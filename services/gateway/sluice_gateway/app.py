@@ -23,6 +23,8 @@ from sluice.redis import keys
 from sluice.redis.control import COMMAND_TIMEOUT_S, ControlRedis
 from sluice.redis.errors import RedisError
 from sluice.redis.pipelined import PipelinedRedis
+from sluice.tracing import start as start_tracing
+from sluice.tracing import traced_calls, traced_requests
 from sluice.transport.tls import add_grpc_port
 
 from sluice_gateway.broker.redis_admission import RedisJobAdmission
@@ -44,6 +46,7 @@ from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.torchserve import grpc as torchserve_grpc
 
 if TYPE_CHECKING:
+    from sluice.tracing.otel import Tracing
     from sluice.transport.http_listener import HttpListener
 
 log = get_logger(__name__)
@@ -56,8 +59,10 @@ class Gateway:
         *,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
         rest_middlewares: Callable[[], Sequence[Any]] = tuple,
+        tracing: "Tracing | None" = None,
     ) -> None:
-        """``rest_middlewares`` is called when the REST listener starts (after gRPC serves)."""
+        """``rest_middlewares`` is called when the REST listener starts (after gRPC serves);
+        ``tracing``: jobs carry the current span's context (None: tracing is off)."""
         self.settings = settings
         self._interceptors = interceptors
         self._rest_middlewares = rest_middlewares
@@ -101,6 +106,7 @@ class Gateway:
             cancel_margin_s=settings.cancel_margin_s,
             observer=self.metrics,
             sequence_headers=self.sequence_headers,
+            trace_context=tracing.outgoing if tracing is not None else None,
         )
         # KServe v2, transport-agnostic: the gRPC servicer and the REST routes share it and its statistics.
         self.kserve = KServeService(
@@ -229,12 +235,17 @@ class Gateway:
 
 
 async def serve(settings: GatewaySettings) -> None:
-    """Run a gateway until SIGTERM or SIGINT, then shut it down gracefully. Token authorization (on
-    unless disabled) is wired in here, through the interceptor and middleware seams."""
+    """Run a gateway until SIGTERM or SIGINT, then shut it down gracefully. Tracing (when the OTEL_*
+    variables ask for it) and token authorization (on unless disabled) are wired in here, through the
+    interceptor and middleware seams: the tracing span is outermost, so refused calls are traced too."""
     security = gateway_security(settings)
-    gateway = Gateway(
-        settings, interceptors=security.interceptors, rest_middlewares=security.rest_middlewares
-    )
+    tracing = start_tracing("gateway")
+    interceptors = [*traced_calls(tracing), *security.interceptors]
+
+    def rest_middlewares() -> list[Any]:
+        return [*traced_requests(tracing), *security.rest_middlewares()]
+
+    gateway = Gateway(settings, interceptors=interceptors, rest_middlewares=rest_middlewares, tracing=tracing)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -246,3 +257,5 @@ async def serve(settings: GatewaySettings) -> None:
     await stop.wait()
     await gateway.stop()
     await security.aclose()
+    if tracing is not None:
+        tracing.shutdown()

@@ -98,7 +98,10 @@ class DataPlane:
         clock_ms: Callable[[], int] = wall_clock_ms,
         observer: JobObserver | None = None,
         sequence_headers: SequenceHeaders | None = None,
+        trace_context: Callable[[], tuple[str, str]] | None = None,
     ) -> None:
+        """``trace_context``: the current span's ``traceparent`` and ``tracestate``, put into each job
+        (None: tracing is off)."""
         self._resolver = resolver
         self._admission = admission
         self._replies = replies
@@ -110,6 +113,7 @@ class DataPlane:
         self._observer = observer
         self._on_chunk = observer.streamed if observer is not None else None
         self._sequence_headers = sequence_headers or SequenceHeaders()
+        self._trace_context = trace_context
 
     async def infer(self, call: InferenceCall) -> Reply:
         """Run one job and return its final reply."""
@@ -189,6 +193,7 @@ class DataPlane:
                 final_only=not streaming,
                 headers=headers,
                 sequence=step,
+                trace=self._trace_context() if self._trace_context is not None else ("", ""),
             )
         )
         waiter = (

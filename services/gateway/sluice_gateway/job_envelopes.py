@@ -28,11 +28,13 @@ def build_job(
     final_only: bool = False,
     headers: Mapping[str, str] | None = None,
     sequence: SequenceStep | None = None,
+    trace: tuple[str, str] = ("", ""),
 ) -> Job:
     """The Job for one request; its deadline is ``now_ms + timeout_s``.
 
     ``final_only``: the client takes exactly one answer (a unary call), so a model that answers in
-    chunks has the worker join them into its final reply instead of sending chunks nobody reads."""
+    chunks has the worker join them into its final reply instead of sending chunks nobody reads.
+    ``trace``: the ``traceparent`` and ``tracestate`` of the gateway's span (tracing on)."""
     job = Job(
         job_id=job_id,
         protocol=protocol,
@@ -44,6 +46,8 @@ def build_job(
         final_only=final_only,
         request=request,
         enqueued_unix_ms=now_ms,
+        traceparent=trace[0],
+        tracestate=trace[1],
     )
     if headers:
         job.headers.update(headers)

@@ -7,6 +7,7 @@ up to ``worker_stop_timeout_s``, SIGKILL stragglers, stop the task worker, relea
 """
 
 import asyncio
+import dataclasses
 import os
 import signal
 import socket
@@ -19,6 +20,8 @@ from sluice.lifecycle.backoff import Backoff
 from sluice.log import get_logger
 from sluice.redis.client import connect
 from sluice.redis.url import redacted
+from sluice.tracing import start as start_tracing
+from sluice.tracing import traced_calls, traced_requests
 
 from sluice_manager.api.management_api import ApiSeams, ManagementApi
 from sluice_manager.api.security import ManagerSecurity, manager_security, warn_exposure
@@ -85,13 +88,22 @@ class Manager:
         self.lease = ManagerLease(self.redis, host=self.host, pid=os.getpid(), ttl_s=settings.lease_ttl_s)
         # Tests that pass their own seams get no token authorization (and no key file).
         self.security = ManagerSecurity() if api_seams is not None else manager_security(settings, self.redis)
+        # Traces of the management calls when the OTEL_* variables ask for them (outermost: refused
+        # calls are traced too).
+        self.tracing = start_tracing("manager", environ)
+        seams = api_seams or self.security.seams
+        seams = dataclasses.replace(
+            seams,
+            grpc_interceptors=[*traced_calls(self.tracing), *seams.grpc_interceptors],
+            rest_middlewares=[*traced_requests(self.tracing), *seams.rest_middlewares],
+        )
         self.api = ManagementApi(
             settings,
             self.redis,
             host=self.host,
             wake=self.wake,
             environ=environ,
-            seams=api_seams or self.security.seams,
+            seams=seams,
             measure_usage=self._usage,
         )
         self.artifacts = ArtifactServer(self.redis, settings.artifact_address, settings.artifact_url)
@@ -237,6 +249,8 @@ class Manager:
             await _bounded("close the launcher", self.launcher.aclose())
         await _bounded("release the lease", self.lease.release())
         await _bounded("close redis", self.redis.aclose())
+        if self.tracing is not None:
+            await _bounded("export the last spans", asyncio.to_thread(self.tracing.shutdown))
         log.info("manager stopped")
 
 

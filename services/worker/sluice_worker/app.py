@@ -11,7 +11,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 import structlog
@@ -20,6 +20,7 @@ from sluice.redis import client as redis_client
 from sluice.redis.pipelined import PipelinedRedis
 from sluice.registry import reader as registry
 from sluice.registry.records import VersionRecord, WorkerRecord, WorkerStatus
+from sluice.tracing import start as start_tracing
 
 from sluice_worker import device, runtime
 from sluice_worker.async_loop import AsyncWorker
@@ -45,9 +46,13 @@ from sluice_worker.sequence_state import SequenceStates
 from sluice_worker.settings import WorkerSettings
 from sluice_worker.startup import enter_model_dir, export_sequence_header_names
 from sluice_worker.torch_thread import HandlerExit, TorchThread
+from sluice_worker.traced_source import TracedSource
 from sluice_worker.usage import usage_refresher
 from sluice_worker.warmup import WarmupFailed, warm_up
 from sluice_worker.worker import Worker
+
+if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
+    from sluice.tracing.otel import Tracing
 
 log = get_logger(__name__)
 
@@ -65,10 +70,13 @@ async def run(settings: WorkerSettings, torch_thread: TorchThread) -> ExitCode:
         declared_metrics(settings.metrics_config or runtime.DEFAULT_METRICS_CONFIG),
         settings.model_metrics_auto_detect,
     )
+    tracing = start_tracing("worker")
     try:
         with capturing(metrics):
-            return await _run(settings, torch_thread, redis, hot, metrics)
+            return await _run(settings, torch_thread, redis, hot, metrics, tracing)
     finally:
+        if tracing is not None:
+            await asyncio.to_thread(tracing.shutdown)
         await hot.close()
         await redis.aclose()
 
@@ -93,12 +101,15 @@ async def _run(
     redis: "aioredis.Redis",
     hot: PipelinedRedis,
     metrics: ModelMetrics,
+    tracing: "Tracing | None",
 ) -> ExitCode:
     # SIGTERM sets `stop`; the loop stops reading once `serving_stop` is set (see _stop_serving).
     stop = asyncio.Event()
     serving_stop = asyncio.Event()
     _on_signals(stop)
-    starting = asyncio.create_task(_start(settings, torch_thread, redis, hot, serving_stop), name="startup")
+    starting = asyncio.create_task(
+        _start(settings, torch_thread, redis, hot, serving_stop, tracing), name="startup"
+    )
     stop_requested = asyncio.create_task(stop.wait(), name="stop")
     await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
     stop_requested.cancel()
@@ -159,6 +170,7 @@ async def _start(
     redis: "aioredis.Redis",
     hot: PipelinedRedis,
     stop: asyncio.Event,
+    tracing: "Tracing | None",
 ) -> _Started | ExitCode:
     model, version = settings.model_name, settings.model_version
     record = await wait_for_record(redis, model, version, settings.record_wait_s)
@@ -217,7 +229,9 @@ async def _start(
         )
     else:
         source = await _job_queue_source(redis, hot, record, worker_id, settings)
-    worker = loop_of(source, stop, sequences)
+    # Traced calls' jobs get the worker's spans (tracing on).
+    served: JobSource = source if tracing is None else TracedSource(source, tracing, worker_id)
+    worker = loop_of(served, stop, sequences)
     presence = Presence(
         redis,
         model,

@@ -4,11 +4,12 @@ import subprocess
 import sys
 
 # Each cost the running gateway megabytes: pydantic ~12 MiB (records and settings are sluice.typed
-# dataclasses), redis-py ~6 MiB (its control plane runs on sluice.redis.control).
-KEPT_OUT = ("pydantic", "pydantic_core", "redis")
+# dataclasses), redis-py ~6 MiB (its control plane runs on sluice.redis.control); OpenTelemetry loads
+# only when tracing is on.
+KEPT_OUT = ("pydantic", "pydantic_core", "redis", "opentelemetry")
 
 
-def test_no_gateway_module_imports_pydantic_or_redis_py() -> None:
+def test_no_gateway_module_imports_pydantic_redis_py_or_opentelemetry() -> None:
     script = (
         "import importlib, pkgutil, sys, sluice_gateway\n"
         "for module in pkgutil.walk_packages(sluice_gateway.__path__, 'sluice_gateway.'):\n"

@@ -48,6 +48,16 @@ def worker_settings_env(settings: ManagerSettings) -> dict[str, str]:
     }
 
 
+def tracing_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The manager's ``OTEL_*`` variables, for worker containers (process workers inherit them): a
+    traced cluster's workers trace too. ``OTEL_SERVICE_NAME`` stays behind (workers name themselves)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name.startswith("OTEL_") and name != "OTEL_SERVICE_NAME"
+    }
+
+
 def extra_worker_env(spec: str, environ: Mapping[str, str]) -> dict[str, str]:
     """``sluice_worker_env``: comma-separated ``NAME=VALUE`` (set) or ``NAME`` (copied from the
     manager's environment when present) for worker containers."""
@@ -101,7 +111,11 @@ async def _docker(context: LauncherContext) -> Launcher:
     settings = context.settings
     client = aiodocker.Docker(url=settings.docker_host or None)
     network = settings.docker_network or await docker.own_network(client, socket.gethostname())
-    env = {**worker_settings_env(settings), **extra_worker_env(settings.worker_env, context.environ)}
+    env = {
+        **worker_settings_env(settings),
+        **tracing_env(context.environ),
+        **extra_worker_env(settings.worker_env, context.environ),
+    }
     env["SLUICE_LOG_FORMAT"] = "json"
     config = docker.DockerConfig(
         image=settings.worker_image,
