@@ -11,7 +11,7 @@ PYTEST := $(PY) -m pytest
 
 .PHONY: help install proto lint fmt test test-tiers test-unit test-integration test-e2e test-compat test-compose \
         test-compose-tier compose-images compose-up compose-down gpu-check run stop bench bench-quick \
-        bench-containers bench-sequences bench-autoscale bench-generate bench-failover clean
+        bench-containers bench-sequences bench-autoscale bench-generate bench-failover bench-platform clean
 
 help:
 	@echo "make run           start redis, manager, gateway and the demo model (Ctrl-C stops)"
@@ -137,6 +137,10 @@ bench-generate: install
 # load, and Sentinel against a single Redis on the hot path. ARGS=--quick for a short run.
 bench-failover: install
 	$(PY) -m bench.failover $(ARGS)
+
+# TLS and OpenTelemetry tracing (100% and 1% sampled) beside a plain stack, same rounds (bench/platform.py).
+bench-platform: install
+	$(PY) -m bench.platform $(ARGS)
 
 # Worker containers against worker processes (bench/containers.py); needs a Docker engine and the images.
 bench-containers: compose-images

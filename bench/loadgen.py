@@ -122,7 +122,9 @@ async def closed_loop(
     return result
 
 
-def grpc_channel(target: str) -> grpc.aio.Channel:
+def grpc_channel(target: str, credentials: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:
+    if credentials is not None:
+        return grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
     return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 
@@ -136,9 +138,11 @@ async def grpc_unary_load(
     warmup_s: float,
     max_requests: int = 10_000_000,
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> LoadResult:
-    """Closed-loop unary calls of ``method`` with the same pre-serialized ``request`` on one channel."""
-    async with grpc_channel(target) as channel:
+    """Closed-loop unary calls of ``method`` with the same pre-serialized ``request`` on one channel
+    (TLS with ``credentials``)."""
+    async with grpc_channel(target, credentials) as channel:
         # No (de)serializers: bytes go out as they are and come back undecoded.
         stub: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(method)
 

@@ -97,9 +97,15 @@ class StartTiming:
     to_first_prediction_s: float | None = None
 
 
-def ping_healthy(target: str, timeout_s: float = 0.5) -> bool:
-    """TorchServe's gRPC ``Ping`` answers with a health text that says Healthy."""
-    with grpc.insecure_channel(target) as channel:
+def ping_healthy(
+    target: str, timeout_s: float = 0.5, credentials: grpc.ChannelCredentials | None = None
+) -> bool:
+    """TorchServe's gRPC ``Ping`` answers with a health text that says Healthy (over TLS with
+    ``credentials``)."""
+    opened = (
+        grpc.insecure_channel(target) if credentials is None else grpc.secure_channel(target, credentials)
+    )
+    with opened as channel:
         ping: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(PING_METHOD)
         try:
             answer = ping(b"", timeout=timeout_s)

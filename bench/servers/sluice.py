@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import psutil
 
 from bench.servers.common import (
@@ -34,6 +35,10 @@ class SluiceServer:
     ports: Ports = field(default_factory=Ports.free)
     name: str = "sluice"
     extra_properties: dict[str, Any] = field(default_factory=dict)
+    # More environment for the services (OTEL_* for tracing).
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # gRPC served over TLS (enable_grpc_ssl): how the readiness probe connects.
+    grpc_credentials: grpc.ChannelCredentials | None = None
 
     @property
     def redis_url(self) -> str:
@@ -44,6 +49,7 @@ class SluiceServer:
         env = dict(os.environ)
         env["SLUICE_HOME"] = str(self.home)
         env.pop("SLUICE_TS_CONFIG", None)
+        env.update(self.extra_env)
         return env
 
     def _cli(self, *args: str) -> list[str]:
@@ -71,7 +77,9 @@ class SluiceServer:
 
         try:
             to_healthy = wait_until(
-                lambda: ping_healthy(self.ports.grpc_target, 0.2), timeout_s=START_TIMEOUT_S, abort=failed
+                lambda: ping_healthy(self.ports.grpc_target, 0.2, self.grpc_credentials),
+                timeout_s=START_TIMEOUT_S,
+                abort=failed,
             )
             first = None
             if probe is not None:
