@@ -151,3 +151,20 @@ async def test_a_failed_call_marks_the_gateways_span(stack: Stack, receiver: Otl
     gateway = one(spans, name=method)
     assert gateway.parent_span_id == parent
     assert gateway.error
+
+
+async def test_a_caller_that_does_not_sample_gets_no_spans(stack: Stack, receiver: OtlpReceiver) -> None:
+    unsampled_trace, _parent, sampled_header = caller()
+    unsampled_header = sampled_header[:-2] + "00"
+    sampled_trace, _, traceparent = caller()
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        stub = InferenceAPIsServiceStub(channel)
+        for header in (unsampled_header, traceparent):
+            reply = await stub.Predictions(
+                PredictionsRequest(model_name=MODEL, input={"data": b"1"}),
+                metadata=(("traceparent", header),),
+            )
+            assert reply.prediction == b"ok"
+    # Spans are exported in the order they end: once the later call's are in, the earlier's would be.
+    await wait_for(receiver, sampled_trace, ["sluice.worker.job", *WORKER_PHASES])
+    assert receiver.in_trace(unsampled_trace) == []

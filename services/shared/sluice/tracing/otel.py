@@ -37,8 +37,11 @@ class Tracing:
             yield span
 
     def outgoing(self) -> tuple[str, str]:
-        """The current span's ``traceparent`` and ``tracestate`` for a job ("" when no span is current).
-        An unsampled span's context travels too (its flags say so): the worker then records nothing."""
+        """The current span's ``traceparent`` and ``tracestate`` for a job; ("", "") when no span is
+        current or it is not sampled (the worker, parent-based, would record nothing under it: its job
+        then costs the worker no tracing at all)."""
+        if not trace.get_current_span().get_span_context().trace_flags.sampled:
+            return "", ""
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier)
         return carrier.get(TRACEPARENT, ""), carrier.get(TRACESTATE, "")
