@@ -1,8 +1,8 @@
 """What a worker uses, refreshed into its record with every heartbeat so that DescribeModel, the
 metrics and the autoscaler see it for workers on any host: the process's resident memory, the share
 of the time since the last beat its handler was running and, on a GPU, TorchServe's
-``GPUUtilization`` (percent, through NVML when torch can reach it) and ``GPUMemoryUsed`` (MiB this
-process holds on the device); and its host's CPU, memory and disk (:mod:`sluice.host_readings`).
+``GPUUtilization`` and ``GPUMemoryUtilization`` (percent, through NVML when torch can reach it) and
+``GPUMemoryUsed`` (MiB this process holds on the device); and its host's CPU, memory and disk (:mod:`sluice.host_readings`).
 
 The GPU readings go through a small :class:`GpuReadings` seam, so the CUDA path is unit-tested on
 machines without a GPU.
@@ -26,6 +26,8 @@ MIB = 1024 * 1024
 class GpuReadings(Protocol):
     def utilization(self, device: int) -> int: ...
 
+    def memory_utilization(self, device: int) -> int: ...
+
     def memory_reserved(self, device: int) -> int: ...
 
 
@@ -35,6 +37,14 @@ class TorchGpu:
     def utilization(self, device: int) -> int:
         try:
             return int(torch.cuda.utilization(device))
+        except Exception:  # NVML missing or not initialised: the reading is unavailable
+            return 0
+
+    def memory_utilization(self, device: int) -> int:
+        """Percent of the last sample period the device's memory was read or written (NVML), what
+        TorchServe reports as GPUMemoryUtilization; 0 without NVML."""
+        try:
+            return int(torch.cuda.memory_usage(device))
         except Exception:  # NVML missing or not initialised: the reading is unavailable
             return 0
 
@@ -92,6 +102,7 @@ def usage_refresher(
             used,
             gpu_id=choice.gpu_id,
             gpu_utilization_percent=float(readings.utilization(choice.gpu_id)),
+            gpu_memory_utilization_percent=float(readings.memory_utilization(choice.gpu_id)),
             gpu_memory_used_mib=readings.memory_reserved(choice.gpu_id) / MIB,
         )
 

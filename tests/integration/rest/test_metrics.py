@@ -117,6 +117,7 @@ async def test_workers_on_a_gpu_show_torchserves_gpu_gauges(  # type: ignore[no-
         gpu_id=1,
         memory_bytes=2048,
         gpu_utilization_percent=37.0,
+        gpu_memory_utilization_percent=21.0,
         gpu_memory_used_mib=1024.0,
     )
     await redis_client.hset(keys.workers("echo", "1.0"), "9042", record.to_json())
@@ -127,6 +128,7 @@ async def test_workers_on_a_gpu_show_torchserves_gpu_gauges(  # type: ignore[no-
     )
     assert f"GPUUtilization{{{labels}}} 37.0\n" in text
     assert f"GPUMemoryUsed{{{labels}}} 1024.0\n" in text
+    assert f"GPUMemoryUtilization{{{labels}}} 21.0\n" in text
     assert 'sluice_worker_memory_bytes{model_name="echo",model_version="1.0",worker="9042",} 2048.0\n' in text
 
 

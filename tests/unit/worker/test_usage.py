@@ -21,6 +21,9 @@ class FakeGpu:
         self.asked.append(device)
         return 37
 
+    def memory_utilization(self, device: int) -> int:
+        return 12
+
     def memory_reserved(self, device: int) -> int:
         return 1536 * MIB
 
@@ -42,6 +45,7 @@ def test_a_cuda_worker_reports_its_gpu() -> None:
     refreshed = usage_refresher(choose_device(1, cuda_device_count=2), never_busy, gpu, rss=lambda: 5)(RECORD)
     assert (refreshed.memory_bytes, refreshed.gpu_id) == (5, 1)
     assert (refreshed.gpu_utilization_percent, refreshed.gpu_memory_used_mib) == (37.0, 1536.0)
+    assert refreshed.gpu_memory_utilization_percent == 12.0
     assert gpu.asked == [1]
 
 

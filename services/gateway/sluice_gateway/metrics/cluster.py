@@ -9,8 +9,8 @@
 - Per live worker, TorchServe's ``WorkerLoadTime`` (``WorkerName`` ``W-<worker>-<model>_<version>``,
   ``Level="Host"``, ``Hostname``): milliseconds from taking up its version to its handler loaded.
 - Per live worker, from the record it refreshes with every heartbeat: ``sluice_worker_memory_bytes``
-  (resident memory) and, on a GPU, TorchServe's ``GPUUtilization`` (percent) and ``GPUMemoryUsed``
-  (MiB) with its labels (Level, DeviceId, Hostname) plus the worker's.
+  (resident memory) and, on a GPU, TorchServe's ``GPUUtilization`` and ``GPUMemoryUtilization``
+  (percent) and ``GPUMemoryUsed`` (MiB) with its labels (Level, DeviceId, Hostname) plus the worker's.
 - Per live worker of a generative version (continuous batching or an async handler, read from the
   version's record): ``sluice_worker_running_requests`` (requests it holds running) and
   ``sluice_worker_slots`` (how many it takes at once).
@@ -161,10 +161,19 @@ def _gpu_families(stats: Sequence[VersionStats]) -> list[MetricFamily]:
         "Torchserve prometheus gauge metric with unit: Percent",
         [Sample("GPUUtilization", gpu_labels(s, w), w.gpu_utilization_percent) for s, w in on_gpu],
     )
+    memory_utilization = MetricFamily(
+        "GPUMemoryUtilization",
+        "gauge",
+        "Torchserve prometheus gauge metric with unit: Percent",
+        [
+            Sample("GPUMemoryUtilization", gpu_labels(s, w), w.gpu_memory_utilization_percent)
+            for s, w in on_gpu
+        ],
+    )
     used = MetricFamily(
         "GPUMemoryUsed",
         "gauge",
         "Torchserve prometheus gauge metric with unit: Megabytes",
         [Sample("GPUMemoryUsed", gpu_labels(s, w), w.gpu_memory_used_mib) for s, w in on_gpu],
     )
-    return [utilization, used]
+    return [utilization, memory_utilization, used]

@@ -147,6 +147,7 @@ class WorkerRecord(Checked):
     memory_bytes: int = 0
     gpu_id: int | None = None
     gpu_utilization_percent: float = 0.0
+    gpu_memory_utilization_percent: float = 0.0
     gpu_memory_used_mib: float = 0.0
     # The share of the time since the previous beat its handler was running (0 to 1): the
     # autoscaler's measure of how loaded the version's workers are.
