@@ -2,7 +2,8 @@
 metrics and the autoscaler see it for workers on any host: the process's resident memory, the share
 of the time since the last beat its handler was running and, on a GPU, TorchServe's
 ``GPUUtilization`` and ``GPUMemoryUtilization`` (percent, through NVML when torch can reach it) and
-``GPUMemoryUsed`` (MiB this process holds on the device); and its host's CPU, memory and disk (:mod:`sluice.host_readings`).
+``GPUMemoryUsed`` (MiB this process holds on the device); and its host's CPU, memory and disk
+(:mod:`sluice.host_readings`).
 
 The GPU readings go through a small :class:`GpuReadings` seam, so the CUDA path is unit-tested on
 machines without a GPU.
