@@ -27,6 +27,7 @@ from sluice_manager.api.management_api import ApiSeams, ManagementApi
 from sluice_manager.api.security import ManagerSecurity, manager_security, warn_exposure
 from sluice_manager.models.artifact_server import ArtifactServer
 from sluice_manager.models.load_models import startup_specs
+from sluice_manager.models.model_snapshot import parse_model_snapshot
 from sluice_manager.models.registration import Registrar, RegistrationConfig, registration_config
 from sluice_manager.models.startup import load_startup_models, remove_unused_model_dirs
 from sluice_manager.settings import ManagerSettings
@@ -54,7 +55,7 @@ def checked_registration_config(settings: ManagerSettings) -> RegistrationConfig
     try:
         return registration_config(settings)
     except ValueError as exc:
-        raise ConfigError(f"invalid `models` setting: {exc}") from None
+        raise ConfigError(f"invalid `models` or `model_snapshot` setting: {exc}") from None
 
 
 def reconciler_config(settings: ManagerSettings) -> ReconcilerConfig:
@@ -222,7 +223,17 @@ class Manager:
     async def _load_startup_models(self) -> None:
         # Safe to repeat: a startup model that is already registered is kept as it is.
         specs = startup_specs(self.settings.load_models, self.registrar.config.model_store)
-        await load_startup_models(self.redis, self.registrar, specs, manager_pid=os.getpid())
+        snapshot = parse_model_snapshot(self.settings.model_snapshot)
+        if not self.settings.load_models.strip() and snapshot.specs:
+            specs = snapshot.specs
+        await load_startup_models(
+            self.redis,
+            self.registrar,
+            specs,
+            manager_pid=os.getpid(),
+            defaults=snapshot.defaults,
+            set_default=self.stores.registry.set_default,
+        )
 
     async def _retrying(self, action: Callable[[], Awaitable[None]], what: str) -> bool:
         """Run ``action`` until it gets through a Redis outage; False if stopped first."""

@@ -41,6 +41,7 @@ class ManagerSettings(AuthSettings, TlsSettings):
         "model_store": "model_store",
         "load_models": "load_models",
         "models": "models",
+        "model_snapshot": "model_snapshot",
         "default_workers_per_model": "default_workers_per_model",
         "job_queue_size": "job_queue_size",
         "default_response_timeout": "default_response_timeout_s",
@@ -96,6 +97,9 @@ class ManagerSettings(AuthSettings, TlsSettings):
     load_models: str = ""
     # TorchServe's `models` key: JSON {name: {version: {minWorkers, batchSize, ...}}}.
     models: str = ""
+    # TorchServe's `model_snapshot` key (KServe's config.properties lists its models in one): loaded
+    # at start when load_models is empty (sluice_manager.models.model_snapshot).
+    model_snapshot: str = ""
     # 0: startup models get 1 worker each (TorchServe would start one per CPU core, which runs a laptop
     # out of memory: torchserve.md section 8 row 10); registered models get 0 workers, as in TorchServe.
     default_workers_per_model: NonNegativeInt = 0

@@ -31,6 +31,7 @@ from sluice.registry.records import VersionRecord
 from sluice_manager.models import archives
 from sluice_manager.models.fetch import Download, fetch
 from sluice_manager.models.manifest import check_handler, read_archive
+from sluice_manager.models.model_snapshot import merged_models_json, parse_model_snapshot
 from sluice_manager.models.version_config import (
     ModelsJson,
     RegisterOptions,
@@ -62,7 +63,7 @@ class RegistrationConfig:
 
 def registration_config(settings: ManagerSettings) -> RegistrationConfig:
     """The registration settings, for the manager and its task worker alike (ValueError: an invalid
-    ``models`` setting)."""
+    ``models`` or ``model_snapshot`` setting)."""
     return RegistrationConfig(
         model_store=settings.model_store.absolute() if settings.model_store else None,
         models_dir=settings.models_path,
@@ -79,7 +80,9 @@ def registration_config(settings: ManagerSettings) -> RegistrationConfig:
             service_envelope=settings.service_envelope,
             default_service_handler=settings.default_service_handler,
         ),
-        models_json=parse_models_json(settings.models),
+        models_json=merged_models_json(
+            parse_model_snapshot(settings.model_snapshot).models_json, parse_models_json(settings.models)
+        ),
         lock_wait_s=settings.task_lock_wait_s,
         pause_before_commit_s=settings.debug_pause_before_commit_s,
     )

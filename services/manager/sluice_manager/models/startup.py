@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -32,8 +33,16 @@ _UNPACKED = re.compile(r"[0-9a-f]{32}")
 
 
 async def load_startup_models(
-    redis: "aioredis.Redis", registrar: Registrar, specs: list[StartupModelSpec], *, manager_pid: int
+    redis: "aioredis.Redis",
+    registrar: Registrar,
+    specs: list[StartupModelSpec],
+    *,
+    manager_pid: int,
+    defaults: Mapping[str, str] | None = None,
+    set_default: Callable[[str, str], Awaitable[None]] | None = None,
 ) -> StartupReport:
+    """Register ``specs``; then make each ``defaults`` version (model -> version, a model snapshot's
+    ``defaultVersion``) that loaded its model's default, before the report says done."""
     report = StartupReport(manager_pid=manager_pid, started_unix_ms=int(time.time() * 1000))
     await redis.set(keys.STARTUP_REPORT, report.to_json())
     models: list[StartupModel] = []
@@ -49,6 +58,10 @@ async def load_startup_models(
             continue
         models.append(StartupModel(model_name=record.model_name, version=record.version,
                                    min_workers=record.min_workers))  # fmt: skip
+    loaded = {(model.model_name, model.version) for model in models}
+    for model, version in (defaults or {}).items():
+        if set_default is not None and (model, version) in loaded:
+            await set_default(model, version)
     report = dataclasses.replace(report, done=True, models=models, errors=errors)
     await redis.set(keys.STARTUP_REPORT, report.to_json())
     log.info("startup models registered", loaded=len(models), failed=len(errors))
