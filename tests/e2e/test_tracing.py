@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
+from google.protobuf.empty_pb2 import Empty
 from sluice.v1.torchserve_inference_pb2 import PredictionsRequest
 from sluice.v1.torchserve_inference_pb2_grpc import InferenceAPIsServiceStub
 
@@ -168,3 +169,13 @@ async def test_a_caller_that_does_not_sample_gets_no_spans(stack: Stack, receive
     # Spans are exported in the order they end: once the later call's are in, the earlier's would be.
     await wait_for(receiver, sampled_trace, ["sluice.worker.job", *WORKER_PHASES])
     assert receiver.in_trace(unsampled_trace) == []
+
+
+async def test_health_checks_are_not_traced(stack: Stack, receiver: OtlpReceiver) -> None:
+    # `sluice start` waited on the gateway's grpc.health.v1 before any test ran; a traced call since
+    # makes sure the exporter has sent what it had.
+    trace_id, _parent, traceparent = caller()
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        await InferenceAPIsServiceStub(channel).Ping(Empty(), metadata=(("traceparent", traceparent),))
+    await wait_for(receiver, trace_id, ["org.pytorch.serve.grpc.inference.InferenceAPIsService/Ping"])
+    assert [span.name for span in receiver.spans() if span.name.startswith("grpc.health.v1.")] == []

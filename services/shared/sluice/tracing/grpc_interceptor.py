@@ -1,5 +1,6 @@
 """A grpc.aio server interceptor that runs each call inside a server span named after its method,
-parented under the caller's ``traceparent`` metadata: the gateway's and the manager's gRPC calls."""
+parented under the caller's ``traceparent`` metadata: the gateway's and the manager's gRPC calls.
+Health checks (``grpc.health.v1.Health``, which probes call every few seconds) are not traced."""
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -7,6 +8,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from sluice.auth.grpc_interceptor import HEALTH_SERVICE, service_of
 from sluice.tracing import TRACEPARENT, TRACESTATE
 from sluice.tracing.otel import Tracing
 
@@ -31,9 +33,9 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> "Handler | None":
         handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
         method = handler_call_details.method
+        if handler is None or service_of(method) == HEALTH_SERVICE:
+            return handler
         carrier = carrier_of(handler_call_details.invocation_metadata)
         return _traced(handler, self._tracing, method.lstrip("/"), carrier)
 
