@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-TRACEPARENT = "traceparent"
-TRACESTATE = "tracestate"
 SUPPORTED_PROTOCOLS = ("grpc",)
 
 

@@ -9,8 +9,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from sluice.auth.grpc_interceptor import HEALTH_SERVICE, service_of
-from sluice.tracing import TRACEPARENT, TRACESTATE
-from sluice.tracing.otel import Tracing
+from sluice.tracing.otel import TRACEPARENT, TRACESTATE, Tracing
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 

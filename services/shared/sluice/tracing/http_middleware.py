@@ -5,8 +5,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from sluice.tracing import TRACEPARENT, TRACESTATE
-from sluice.tracing.otel import Tracing
+from sluice.tracing.otel import TRACEPARENT, TRACESTATE, Tracing
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -12,8 +12,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from sluice.tracing import TRACEPARENT, TRACESTATE
-
+# W3C trace context: the caller's gRPC metadata keys or HTTP headers, and the job's fields.
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
