@@ -16,7 +16,9 @@ Kinds, units and label names are TorchServe's (its frontend's ``model_metrics`` 
 names from ``metrics_config`` plus ``Hostname``), decided by the worker that saw the metric.
 """
 
+import functools
 import json
+from bisect import bisect_left
 from dataclasses import dataclass
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
@@ -37,22 +39,31 @@ class Series:
     labels: Labels
 
     def field(self, part: str = "") -> str:
-        return json.dumps(
-            [self.name, self.kind, self.unit, [list(pair) for pair in self.labels], part],
-            separators=(",", ":"),
-        )
+        return _encoded(self, part)
+
+
+# A worker records the same few series batch after batch: their fields are encoded once.
+@functools.lru_cache(maxsize=4096)
+def _encoded(series: Series, part: str) -> str:
+    labels = [list(pair) for pair in series.labels]
+    return json.dumps([series.name, series.kind, series.unit, labels, part], separators=(",", ":"))
 
 
 def bucket_part(index: int) -> str:
     return f"b{index}"
 
 
+def bucket_of(part: str) -> int | None:
+    """The bucket a histogram part counts (:func:`bucket_part`), or None for another part."""
+    index = part[1:]
+    if part.startswith("b") and index.isdigit() and int(index) <= len(BUCKETS):
+        return int(index)
+    return None
+
+
 def bucket_index(value: float) -> int:
     """The bucket an observation falls into: the first bound at or above it, else the overflow."""
-    for index, bound in enumerate(BUCKETS):
-        if value <= bound:
-            return index
-    return len(BUCKETS)
+    return bisect_left(BUCKETS, value)
 
 
 def parse_field(field: str) -> tuple[Series, str] | None:

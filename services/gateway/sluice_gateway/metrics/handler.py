@@ -15,15 +15,10 @@ from typing import TypeVar
 from sluice import handler_metrics as hm
 
 from sluice_gateway.metrics.cluster import VersionStats
-from sluice_gateway.metrics.exposition import MetricFamily, Sample, bucket_samples
+from sluice_gateway.metrics.exposition import MetricFamily, Sample
+from sluice_gateway.metrics.streams import Histogram
 
 _T = TypeVar("_T")
-
-
-@dataclass
-class _Histogram:
-    counts: list[int] = field(default_factory=lambda: [0] * (len(hm.BUCKETS) + 1))
-    total: float = 0.0
 
 
 @dataclass
@@ -32,7 +27,7 @@ class _Merged:
     kinds: dict[str, tuple[str, str]] = field(default_factory=dict)
     counters: dict[hm.Series, float] = field(default_factory=dict)
     gauges: dict[hm.Series, tuple[int, float]] = field(default_factory=dict)
-    histograms: dict[hm.Series, _Histogram] = field(default_factory=dict)
+    histograms: dict[hm.Series, Histogram] = field(default_factory=dict)
 
     def add(self, series: hm.Series, part: str, raw: str) -> None:
         kind_unit = self.kinds.setdefault(series.name, (series.kind, series.unit))
@@ -54,11 +49,12 @@ class _Merged:
             self.gauges[series] = stamped
 
     def _histogram(self, series: hm.Series, part: str, amount: float) -> None:
-        histogram = self.histograms.setdefault(series, _Histogram())
+        histogram = self.histograms.setdefault(series, Histogram(hm.BUCKETS))
+        bucket = hm.bucket_of(part)
         if part == hm.SUM_PART:
             histogram.total += amount
-        elif part.startswith("b") and part[1:].isdigit() and int(part[1:]) < len(histogram.counts):
-            histogram.counts[int(part[1:])] += int(amount)
+        elif bucket is not None:
+            histogram.counts[bucket] += int(amount)
 
 
 def families(stats: Sequence[VersionStats]) -> list[MetricFamily]:
@@ -74,9 +70,7 @@ def families(stats: Sequence[VersionStats]) -> list[MetricFamily]:
     for series, (_stamp, value) in _ordered(merged.gauges):
         samples[series.name].append(Sample(series.name, series.labels, value))
     for series, histogram in _ordered(merged.histograms):
-        samples[series.name].extend(
-            bucket_samples(series.name, series.labels, hm.BUCKETS, histogram.counts, histogram.total)
-        )
+        samples[series.name].extend(histogram.samples(series.name, series.labels))
     return [
         MetricFamily(name, kind, f"Torchserve prometheus {kind} metric with unit: {unit}", samples[name])
         for name, (kind, unit) in sorted(merged.kinds.items())
