@@ -22,7 +22,7 @@ from sluice_cli.stop import stop
 
 COMMANDS = ("start", "stop", "status", "demo")
 # TorchServe flags that mean nothing to Sluice; accepted so that TorchServe command lines still run.
-IGNORED_FLAGS = ("--log-config", "--cpp-log-config", "--workflow-store", "--plugins-path")
+IGNORED_FLAGS = ("--log-config", "--cpp-log-config", "--plugins-path")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +46,10 @@ def _start_options(parser: argparse.ArgumentParser, *, with_models: bool) -> Non
         parser.add_argument(
             "--model-store", dest="model_store", type=Path, help="folder holding the archives"
         )
+        parser.add_argument(
+            "--workflow-store", dest="workflow_store", type=Path,
+            help="folder holding the workflow archives (.war); the model store when not given",
+        )  # fmt: skip
         parser.add_argument(
             "--models",
             nargs="+",
@@ -97,7 +101,7 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help()
         return 0
     if any(getattr(args, flag.strip("-").replace("-", "_"), None) for flag in IGNORED_FLAGS):
-        output.info("note: TorchServe's log4j/plugin/workflow flags are ignored by Sluice")
+        output.info("note: TorchServe's log4j and plugin flags are ignored by Sluice")
     ts_config = _ts_config(getattr(args, "ts_config", None))
     if ts_config is not None:
         # Read by the settings below (as their ts_config) and inherited by the services.
@@ -137,6 +141,7 @@ def _settings(args: argparse.Namespace) -> CliSettings:
 def _options(args: argparse.Namespace, settings: CliSettings, ts_config: Path | None) -> StartOptions:
     return StartOptions(
         model_store=args.model_store.absolute() if args.model_store is not None else None,
+        workflow_store=args.workflow_store.absolute() if args.workflow_store is not None else None,
         models=",".join(args.models) if args.models else None,
         ts_config=ts_config,
         disable_token_auth=args.disable_token_auth,

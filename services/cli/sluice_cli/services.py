@@ -16,6 +16,7 @@ class StartOptions:
     """The start flags that reach the services (through their environment)."""
 
     model_store: Path | None = None
+    workflow_store: Path | None = None
     models: str | None = None
     ts_config: Path | None = None
     disable_token_auth: bool = False
@@ -43,6 +44,8 @@ def service_env(
         env["SLUICE_TS_CONFIG"] = str(options.ts_config)
     if options.model_store is not None:
         env["SLUICE_MODEL_STORE"] = str(options.model_store)
+    if options.workflow_store is not None:
+        env["SLUICE_WORKFLOW_STORE"] = str(options.workflow_store)
     if options.models is not None:
         env["SLUICE_LOAD_MODELS"] = options.models
     # --disable-token-auth / --enable-model-api can only switch auth off / the model API on.

@@ -44,6 +44,7 @@ from sluice_gateway.security import gateway_security, warn_exposure
 from sluice_gateway.sequences import SequenceHeaders
 from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.torchserve import grpc as torchserve_grpc
+from sluice_gateway.workflows.service import Workflows
 
 if TYPE_CHECKING:
     from sluice.tracing.otel import Tracing
@@ -108,9 +109,15 @@ class Gateway:
             sequence_headers=self.sequence_headers,
             trace_context=tracing.outgoing if tracing is not None else None,
         )
+        self.workflows = Workflows(self.plane, self.cache)
         # KServe v2, transport-agnostic: the gRPC servicer and the REST routes share it and its statistics.
         self.kserve = KServeService(
-            self.plane, self.cache, self.cluster, gateway_ready=self._ready, version=sluice_version
+            self.plane,
+            self.cache,
+            self.cluster,
+            self.workflows,
+            gateway_ready=self._ready,
+            version=sluice_version,
         )
         self.listeners: list[HttpListener] = []
         self.server: grpc.aio.Server | None = None
@@ -126,6 +133,7 @@ class Gateway:
             torchserve_grpc.TorchServeInference(
                 self.plane,
                 ModelHealth(self.cluster),
+                self.workflows,
                 stream2_max_in_flight=settings.stream2_max_in_flight,
                 max_request_size=settings.max_request_size,
                 sequence_headers=self.sequence_headers,
@@ -187,6 +195,7 @@ class Gateway:
             self.cache,
             ModelHealth(self.cluster),
             self.kserve,
+            self.workflows,
             self.sequence_headers,
             self.metrics,
             self._rest_middlewares(),

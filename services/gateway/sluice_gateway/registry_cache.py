@@ -21,6 +21,7 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.registry import reader as registry
 from sluice.registry.reader import ModelRouting
 from sluice.registry.records import VersionRecord
+from sluice.registry.workflows import WorkflowRecord
 
 from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE, BrokerUnavailable, ClusterReader, SequenceStep
 
@@ -60,6 +61,7 @@ class RegistryCache:
         self._draw = draw
         self._models: dict[str, tuple[float, ModelRouting]] = {}
         self._records: dict[tuple[str, str], tuple[float, VersionRecord | None]] = {}
+        self._workflows: dict[str, tuple[float, WorkflowRecord | None]] = {}
         self._loads: dict[tuple[str, ...], asyncio.Future[Any]] = {}
         # Bumped by every invalidation: a load that started before it must not store its result.
         self._generation = 0
@@ -84,14 +86,30 @@ class RegistryCache:
         if model is None:
             self._models.clear()
             self._records.clear()
+            self._workflows.clear()
             self._loads.clear()
             return
         self._models.pop(model, None)
+        self._workflows.pop(model, None)
         for key in [key for key in self._records if key[0] == model]:
             del self._records[key]
         # Loads already under way may return the old state: later callers start their own.
         for load_key in [key for key in self._loads if key[1] == model]:
             del self._loads[load_key]
+
+    async def workflow(self, name: str) -> WorkflowRecord | None:
+        """The registered workflow ``name`` (workflow events name it as their ``model``); None."""
+        cached = self._workflows.get(name)
+        if cached is not None and cached[0] > self._clock():
+            return cached[1]
+        return await self._shared_load(("workflow", name), lambda: self._load_workflow(name))
+
+    async def _load_workflow(self, name: str) -> WorkflowRecord | None:
+        generation = self._generation
+        record = await self._reader.workflow(name)
+        if generation == self._generation:
+            self._workflows[name] = (self._clock() + self._ttl_s, record)
+        return record
 
     async def _weighted(self, model: str, routing: ModelRouting, sequence: SequenceStep | None) -> str:
         """The version a call that names none runs on, by the model's weights."""

@@ -39,6 +39,7 @@ class ManagerSettings(AuthSettings, TlsSettings):
         **TlsSettings.TS_KEYS,
         # TorchServe's keys.
         "model_store": "model_store",
+        "workflow_store": "workflow_store",
         "load_models": "load_models",
         "models": "models",
         "model_snapshot": "model_snapshot",
@@ -93,6 +94,9 @@ class ManagerSettings(AuthSettings, TlsSettings):
 
     # Where archives are looked up (TorchServe: --model-store / model_store; no default).
     model_store: Path | None = None
+    # Where workflow archives (.war) are looked up (TorchServe: --workflow-store / workflow_store;
+    # the model store when unset).
+    workflow_store: Path | None = None
     # TorchServe's load_models: "", "standalone", "all", "a.mar,b.mar" or "name=a.mar,...".
     load_models: str = ""
     # TorchServe's `models` key: JSON {name: {version: {minWorkers, batchSize, ...}}}.

@@ -19,6 +19,7 @@ class ErrorCode(enum.Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
     VERSION_NOT_FOUND = "VERSION_NOT_FOUND"
+    WORKFLOW_NOT_FOUND = "WORKFLOW_NOT_FOUND"
     # Queue at `job_queue_size`, or no live worker: TorchServe answers both with one message.
     QUEUE_FULL = "QUEUE_FULL"
     NO_WORKER = "NO_WORKER"
@@ -50,6 +51,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_ARGUMENT: 400,
     ErrorCode.MODEL_NOT_FOUND: 404,
     ErrorCode.VERSION_NOT_FOUND: 404,
+    ErrorCode.WORKFLOW_NOT_FOUND: 404,
     ErrorCode.QUEUE_FULL: 503,
     ErrorCode.NO_WORKER: 503,
     ErrorCode.UNAVAILABLE: 503,
@@ -73,6 +75,7 @@ EXCEPTION_CLASS: dict[ErrorCode, str] = {
     ErrorCode.INVALID_ARGUMENT: "org.pytorch.serve.http.BadRequestException",
     ErrorCode.MODEL_NOT_FOUND: "org.pytorch.serve.archive.model.ModelNotFoundException",
     ErrorCode.VERSION_NOT_FOUND: "org.pytorch.serve.archive.model.ModelVersionNotFoundException",
+    ErrorCode.WORKFLOW_NOT_FOUND: "org.pytorch.serve.archive.workflow.WorkflowNotFoundException",
     ErrorCode.QUEUE_FULL: "org.pytorch.serve.http.ServiceUnavailableException",
     ErrorCode.NO_WORKER: "org.pytorch.serve.http.ServiceUnavailableException",
     ErrorCode.UNAVAILABLE: "org.pytorch.serve.http.ServiceUnavailableException",
@@ -101,18 +104,26 @@ class SluiceError(Exception):
     """An error whose message is safe to show a client.
 
     ``http_status`` overrides the code's default status; handler errors use it to carry the status the
-    handler chose (``PredictionException(msg, 404)``).
+    handler chose (``PredictionException(msg, 404)``). ``exception_class`` overrides the code's Java
+    exception where TorchServe names a more particular one (a workflow's ``InvalidDAGException``).
     """
 
-    def __init__(self, code: ErrorCode, message: str, http_status: int | None = None) -> None:
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        http_status: int | None = None,
+        exception_class: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.http_status = http_status if http_status is not None else HTTP_STATUS[code]
+        self._exception_class = exception_class
 
     @property
     def exception_class(self) -> str:
-        return EXCEPTION_CLASS[self.code]
+        return self._exception_class or EXCEPTION_CLASS[self.code]
 
     def __repr__(self) -> str:
         return f"SluiceError({self.code.value}, {self.message!r}, {self.http_status})"

@@ -6,6 +6,7 @@ from typing import Any
 
 from sluice.registry.reader import ModelRouting
 from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord, WorkerStatus
+from sluice.registry.workflows import WorkflowRecord
 from sluice_gateway.broker.seam import BrokerUnavailable
 from sluice_gateway.metrics.cluster import VersionStats
 
@@ -23,6 +24,7 @@ class FakeClusterReader:
         self.weights: dict[str, dict[str, int]] = {}
         self.sequences: set[tuple[str, str, str]] = set()
         self.stats: list[VersionStats] = []
+        self.workflows: dict[str, WorkflowRecord] = {}
         self.reads = 0
         # Raise BrokerUnavailable while set; a set gate holds every read until it opens.
         self.down = False
@@ -66,6 +68,10 @@ class FakeClusterReader:
     async def live_workers(self, model: str, version: str) -> list[WorkerRecord]:
         await self._read()
         return list(self.workers.get((model, version), []))
+
+    async def workflow(self, name: str) -> WorkflowRecord | None:
+        await self._read()
+        return self.workflows.get(name)
 
     async def startup_report(self) -> StartupReport | None:
         await self._read()

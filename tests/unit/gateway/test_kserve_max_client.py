@@ -14,6 +14,7 @@ from sluice_gateway.kserve import max_form
 from sluice_gateway.kserve.grpc_codec import parse_infer_request, to_kserve_request
 from sluice_gateway.kserve.service import KServeService
 from sluice_gateway.registry_cache import RegistryCache
+from sluice_gateway.workflows.service import Workflows
 
 from tests.unit.gateway.fakes import FakeClusterReader, record
 from tests.unit.gateway.in_memory_broker import InMemoryBroker
@@ -41,7 +42,14 @@ class Served:
             self.broker.admission.add_version("llm", version)
         resolver = RegistryCache(self.reader, ttl_s=5.0)
         plane = DataPlane(resolver, self.broker.admission, self.broker.replies)
-        self.service = KServeService(plane, resolver, self.reader, gateway_ready=self._ready, version="test")
+        self.service = KServeService(
+            plane,
+            resolver,
+            self.reader,
+            Workflows(plane, resolver),
+            gateway_ready=self._ready,
+            version="test",
+        )
 
     @staticmethod
     async def _ready() -> bool:

@@ -10,8 +10,10 @@ from sluice.redis import keys
 from sluice.redis.control import ControlRedis
 from sluice.redis.errors import RedisError
 from sluice.registry import reader as registry
+from sluice.registry import workflows
 from sluice.registry.reader import ModelRouting
 from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord
+from sluice.registry.workflows import WorkflowRecord
 
 from sluice_gateway.broker import redis_stats
 from sluice_gateway.broker.seam import BrokerUnavailable
@@ -58,6 +60,10 @@ class RedisClusterReader:
     async def live_workers(self, model: str, version: str) -> list[WorkerRecord]:
         with _unavailable():
             return await registry.live_workers(self._redis, model, version)
+
+    async def workflow(self, name: str) -> WorkflowRecord | None:
+        with _unavailable():
+            return await workflows.get_workflow(self._redis, name)
 
     async def startup_report(self) -> StartupReport | None:
         with _unavailable():

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from sluice.registry.reader import ModelRouting
 from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord
+from sluice.registry.workflows import WorkflowRecord
 
 from sluice_gateway.metrics.cluster import VersionStats
 from sluice_gateway.waiters import StreamWaiter, UnaryWaiter
@@ -122,6 +123,10 @@ class ClusterReader(Protocol):
 
     async def live_workers(self, model: str, version: str) -> list[WorkerRecord]:
         """Workers of the version that announced themselves and whose heartbeat is alive."""
+        ...
+
+    async def workflow(self, name: str) -> WorkflowRecord | None:
+        """The registered workflow ``name``; None when there is none."""
         ...
 
     async def startup_report(self) -> StartupReport | None:

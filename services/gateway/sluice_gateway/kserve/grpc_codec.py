@@ -131,6 +131,20 @@ def model_config(view: ModelConfigView) -> pb.ModelConfigResponse:
                 default_queue_policy=pb.ModelQueuePolicy(max_queue_size=batching.max_queue_size),
             )
         )
+    if view.ensemble_steps:
+        config.ensemble_scheduling.CopyFrom(
+            pb.ModelEnsembling(
+                step=[
+                    pb.ModelEnsembling.Step(
+                        model_name=step.model_name,
+                        model_version=-1,
+                        input_map=step.input_map,
+                        output_map=step.output_map,
+                    )
+                    for step in view.ensemble_steps
+                ]
+            )
+        )
     if view.sequence_batching is not None:
         sequences = view.sequence_batching
         config.sequence_batching.CopyFrom(

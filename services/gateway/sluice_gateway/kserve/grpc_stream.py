@@ -16,23 +16,23 @@ from sluice_gateway.grpc_api import RawContext
 from sluice_gateway.grpc_api.bidi_call import BidiCall
 from sluice_gateway.kserve.grpc_codec import parse_infer_request, stream_error
 from sluice_gateway.kserve.grpc_wire import has_outputs, stream_response
-from sluice_gateway.kserve.service import KServeService, KServeStream
+from sluice_gateway.kserve.service import InferStream, KServeService
 
 
-def send_final(stream: KServeStream, payload: bytes) -> bool:
+def send_final(stream: InferStream, payload: bytes) -> bool:
     """Whether a request's final reply goes out. A response without outputs marks only the end of a
     decoupled request; it is sent when the client asked for empty final responses."""
     return not stream.decoupled or stream.options.empty_final_response or has_outputs(payload)
 
 
-class StreamInferCall(BidiCall[KServeStream]):
+class StreamInferCall(BidiCall[InferStream]):
     name = "kserve-stream"
 
     def __init__(self, service: KServeService, context: RawContext, *, max_in_flight: int) -> None:
         super().__init__(context, max_in_flight=max_in_flight)
         self._service = service
 
-    async def open(self, raw: bytes) -> KServeStream | bytes:
+    async def open(self, raw: bytes) -> InferStream | bytes:
         request_id = ""
         try:
             request = parse_infer_request(raw)
@@ -41,12 +41,12 @@ class StreamInferCall(BidiCall[KServeStream]):
         except Exception as exc:
             return stream_error(as_sluice_error(exc).message, request_id)
 
-    async def messages(self, stream: KServeStream) -> AsyncIterator[bytes]:
+    async def messages(self, stream: InferStream) -> AsyncIterator[bytes]:
         async for reply in stream.replies():
             if not reply.final:
                 yield stream_response(reply.payload, final=False)
             elif send_final(stream, reply.payload):
                 yield stream_response(reply.payload, final=True)
 
-    def failure(self, stream: KServeStream, error: Exception) -> bytes:
+    def failure(self, stream: InferStream, error: Exception) -> bytes:
         return stream_error(as_sluice_error(error).message, stream.request.request_id)

@@ -60,6 +60,16 @@ class SequenceBatching:
 
 
 @dataclass(frozen=True, slots=True)
+class EnsembleStep:
+    """One step of an ensemble (a workflow node): its member model and how its tensors map to the
+    ensemble's."""
+
+    model_name: str
+    input_map: dict[str, str]
+    output_map: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfigView:
     name: str
     platform: str
@@ -76,6 +86,8 @@ class ModelConfigView:
     instance_count: int
     instance_kind: str  # "KIND_CPU" or "KIND_GPU"
     parameters: dict[str, str]
+    # An ensemble's steps (a workflow's nodes); empty for a model.
+    ensemble_steps: tuple[EnsembleStep, ...] = ()
 
 
 def model_metadata(record: VersionRecord, versions: Iterable[str]) -> ModelMetadata:

@@ -12,13 +12,15 @@ sees TorchServe's sequence headers instead of them).
 import dataclasses
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from sluice.envelope import Reply, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.registry import names
 from sluice.registry.records import VersionRecord
+from sluice.registry.workflows import WorkflowRecord
 
 from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE, BrokerUnavailable, ClusterReader
 from sluice_gateway.dataplane import DataPlane, InferenceCall
@@ -39,6 +41,9 @@ from sluice_gateway.kserve.stats import InferenceStats, Outcome, VersionStats
 from sluice_gateway.kserve.validation import check_request
 from sluice_gateway.registry_cache import VersionResolver, model_not_found
 from sluice_gateway.sequences import correlation_id_required
+from sluice_gateway.workflows import kserve as workflow_kserve
+from sluice_gateway.workflows.executor import WorkflowCall, workflow_call
+from sluice_gateway.workflows.service import Workflows
 
 T = TypeVar("T")
 
@@ -68,6 +73,20 @@ class IndexEntry:
     version: str
     state: str  # READY or UNAVAILABLE
     reason: str
+
+
+class InferStream(Protocol):
+    """One request of a streaming rpc, as its transport reads it: its replies (ModelInferResponse
+    payloads) in order, the final one last."""
+
+    request: KServeRequest
+    options: RequestOptions
+    # Whether the request may be answered more than once.
+    decoupled: bool
+
+    def replies(self) -> AsyncGenerator[Reply, None]: ...
+
+    def close(self) -> None: ...
 
 
 class KServeStream:
@@ -108,6 +127,40 @@ class KServeStream:
         self._job.close()
 
 
+class WorkflowStream:
+    """One request of a streaming rpc for a workflow: a single leaf's chunks as they come, each as a
+    ModelInferResponse, or the leaves' whole answer in one."""
+
+    def __init__(
+        self, workflows: Workflows, call: WorkflowCall, request: KServeRequest, options: RequestOptions
+    ) -> None:
+        self._workflows = workflows
+        self._call = call
+        self.request = request
+        self.options = options
+        self.decoupled = len(call.workflow.leaves) == 1
+
+    async def replies(self) -> AsyncGenerator[Reply, None]:
+        workflow = self._call.workflow
+        chunks = self._workflows.chunks(self._call)
+        async with aclosing(chunks):
+            previous: bytes | None = None
+            async for chunk in chunks:
+                if previous is not None:
+                    yield self._reply(workflow, previous, final=False)
+                previous = chunk
+            yield self._reply(workflow, previous or b"", final=True)
+
+    def _reply(self, workflow: WorkflowRecord, chunk: bytes, *, final: bool) -> Reply:
+        payload = workflow_kserve.response(
+            workflow, self.request.request_id, chunk, typed=self.options.typed_outputs
+        )
+        return Reply(final=final, payload=payload, status_code=200)
+
+    def close(self) -> None:
+        """Nothing to release: the workflow's jobs end with its generator."""
+
+
 @dataclass(slots=True)
 class _Admission:
     """The call handed to the data plane, and what admitting it learnt (the request's batch size)."""
@@ -122,6 +175,7 @@ class KServeService:
         plane: DataPlane,
         resolver: VersionResolver,
         reader: ClusterReader,
+        workflows: Workflows,
         *,
         gateway_ready: Callable[[], Awaitable[bool]],
         version: str,
@@ -130,6 +184,7 @@ class KServeService:
         self._plane = plane
         self._resolver = resolver
         self._reader = reader
+        self._workflows = workflows
         self._readiness = RegistryReadiness(reader)
         self._gateway_ready = gateway_ready
         self._version = version
@@ -146,17 +201,30 @@ class KServeService:
         return ServerMetadata(SERVER_NAME, self._version, EXTENSIONS)
 
     async def model_ready(self, model: str, version: str) -> bool:
-        record = await self.record(model, version)
+        try:
+            record = await self.record(model, version)
+        except SluiceError as error:
+            workflow = await self._workflows.instead_of_model(error, model)
+            return all([await self.model_ready(member, "") for member in workflow.members])
         live = await self._broker_call(self._readiness.live_workers(record.model_name, record.version))
         return version_ready(record.min_workers, live)
 
     async def model_metadata(self, model: str, version: str) -> ModelMetadata:
-        record = await self.record(model, version)
+        try:
+            record = await self.record(model, version)
+        except SluiceError as error:
+            return workflow_kserve.metadata(await self._workflows.instead_of_model(error, model))
         _default, versions = await self._broker_call(self._reader.model_versions(record.model_name))
         return build_model_metadata(record, versions or {record.version})
 
     async def model_config(self, model: str, version: str) -> ModelConfigView:
-        return build_model_config(await self.record(model, version))
+        try:
+            return build_model_config(await self.record(model, version))
+        except SluiceError as error:
+            workflow = await self._workflows.instead_of_model(error, model)
+        (leaf, *others) = workflow.leaves
+        decoupled = not others and (await self.record(leaf.model, "")).generative
+        return workflow_kserve.config(workflow, decoupled=decoupled)
 
     async def record(self, model: str, version: str) -> VersionRecord:
         """The record of ``model``/``version`` ("" = default); NOT_FOUND naming the model or version.
@@ -202,9 +270,15 @@ class KServeService:
         request, raw = max_form.complete(request, raw)
         options = request_options(request.parameters)
         _check_version_name(request)
-        request = await self._with_version(request)
-        admission = self._admission(request, raw, options, timeout_s, decoupled_refusal=decoupled_refusal)
-        job = await self._plane.submit(admission.call)
+        try:
+            request = await self._with_version(request)
+            admission = self._admission(request, raw, options, timeout_s, decoupled_refusal=decoupled_refusal)
+            job = await self._plane.submit(admission.call)
+        except SluiceError as error:
+            workflow = await self._workflows.instead_of_model(error, request.model)
+            call = self._workflow_call(workflow, raw, _earliest(timeout_s, options.timeout_s))
+            answer = await self._workflows.answer(call)
+            return workflow_kserve.response(workflow, request.request_id, answer, typed=options.typed_outputs)
         started_ns, ok = time.monotonic_ns(), False
         try:
             reply = await job.result()
@@ -214,13 +288,19 @@ class KServeService:
             job.close()
             self.record_outcome(job, admission.batch_size, ok, started_ns)
 
-    async def open_stream(self, request: KServeRequest, raw: bytes, timeout_s: float | None) -> KServeStream:
+    async def open_stream(self, request: KServeRequest, raw: bytes, timeout_s: float | None) -> InferStream:
         """Admit one request of a streaming rpc. A decoupled model's job streams (runs alone, every
-        intermediate result is a response); any other model's job may share a batch and answers once."""
+        intermediate result is a response); any other model's job may share a batch and answers once.
+        A workflow's request streams its last node's chunks."""
         request, raw = max_form.complete(request, raw)
         options = request_options(request.parameters)
-        request = await self._with_version(request)
-        decoupled = (await self.record(request.model, request.version)).tensors.decoupled
+        try:
+            request = await self._with_version(request)
+            decoupled = (await self.record(request.model, request.version)).tensors.decoupled
+        except SluiceError as error:
+            workflow = await self._workflows.instead_of_model(error, request.model)
+            call = self._workflow_call(workflow, raw, _earliest(timeout_s, options.timeout_s))
+            return WorkflowStream(self._workflows, call, request, options)
         admission = self._admission(request, raw, options, timeout_s, stream_in_batch=not decoupled)
         job = await self._plane.submit_stream(admission.call)
         return KServeStream(self, job, request, options, decoupled=decoupled, batch_size=admission.batch_size)
@@ -260,6 +340,11 @@ class KServeService:
         )
         admission = _Admission(call)
         return admission
+
+    @staticmethod
+    def _workflow_call(workflow: WorkflowRecord, raw: bytes, timeout_s: float | None) -> WorkflowCall:
+        _request_id, body = workflow_kserve.request_body(workflow, raw)
+        return workflow_call(workflow, [("body", body)], timeout_s)
 
     def record_outcome(self, job: PendingJob, batch_size: int, ok: bool, started_ns: int) -> None:
         now_ms = time.time_ns() // 1_000_000

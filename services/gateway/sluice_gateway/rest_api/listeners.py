@@ -19,6 +19,8 @@ from sluice_gateway.rest_api.server import create_app
 from sluice_gateway.sequences import SequenceHeaders
 from sluice_gateway.settings import GatewaySettings
 from sluice_gateway.torchserve.rest import TorchServeRoutes
+from sluice_gateway.workflows.rest import WorkflowRoutes
+from sluice_gateway.workflows.service import Workflows
 
 
 def inference_listener(
@@ -27,12 +29,18 @@ def inference_listener(
     resolver: VersionResolver,
     model_health: ModelHealth,
     kserve: KServeService,
+    workflows: Workflows,
     sequence_headers: SequenceHeaders,
     counters: InferenceMetrics,
     middlewares: Sequence[Any] = (),
 ) -> HttpListener:
     torchserve = TorchServeRoutes(plane, resolver, model_health, sequence_headers)
-    routes = torchserve.routes() + KServeRoutes(kserve).routes() + GenerateRoutes(kserve).routes()
+    routes = [
+        *torchserve.routes(),
+        *KServeRoutes(kserve).routes(),
+        *GenerateRoutes(kserve).routes(),
+        *WorkflowRoutes(workflows).routes(),
+    ]
     app = create_app(
         routes,
         max_request_size=settings.max_request_size,

@@ -12,7 +12,7 @@ from google.protobuf.empty_pb2 import Empty
 from sluice.errors import ErrorCode, SluiceError
 from sluice.transport.grpc_errors import StatusMapping, add_service
 from sluice.v1 import torchserve_inference_pb2
-from sluice.v1.torchserve_inference_pb2 import TorchServeHealthResponse
+from sluice.v1.torchserve_inference_pb2 import PredictionResponse, TorchServeHealthResponse
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.grpc_api import RawContext
@@ -20,6 +20,8 @@ from sluice_gateway.health import ModelHealth, health_text
 from sluice_gateway.sequences import SequenceHeaders
 from sluice_gateway.torchserve.grpc_codec import DEFAULT_NAMES, parse_request, to_call
 from sluice_gateway.torchserve.grpc_stream2 import Stream2Call
+from sluice_gateway.workflows.executor import workflow_call
+from sluice_gateway.workflows.service import Workflows
 
 SERVICE_NAME: str = torchserve_inference_pb2.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
 
@@ -32,6 +34,7 @@ class TorchServeInference:
         self,
         plane: DataPlane,
         model_health: ModelHealth,
+        workflows: Workflows,
         *,
         stream2_max_in_flight: int,
         max_request_size: int | None = None,
@@ -41,6 +44,7 @@ class TorchServeInference:
         # Names of the inputs that mark a request as its sequence's start or end.
         self._names = sequence_headers
         self._model_health = model_health
+        self._workflows = workflows
         self._stream2_max_in_flight = stream2_max_in_flight
         # The port's gRPC limit may be higher (KServe v2 requests); TorchServe's rpcs keep theirs.
         self._max_request_size = max_request_size
@@ -63,15 +67,38 @@ class TorchServeInference:
         return TorchServeHealthResponse(health=health_text(await self._model_health.healthy()))
 
     async def predictions(self, raw: bytes, context: RawContext) -> bytes:
-        call = to_call(parse_request(self._check_size(raw)), raw, context.time_remaining(), self._names)
-        reply = await self._plane.infer(call)
+        request = parse_request(self._check_size(raw))
+        call = to_call(request, raw, context.time_remaining(), self._names)
+        try:
+            reply = await self._plane.infer(call)
+        except SluiceError as error:
+            workflow = await self._workflows.instead_of_model(error, request.model_name)
+            answer = await self._workflows.answer(
+                workflow_call(workflow, list(request.input.items()), context.time_remaining())
+            )
+            return PredictionResponse(prediction=answer).SerializeToString()
         return reply.payload
 
     async def stream_predictions(self, raw: bytes, context: RawContext) -> AsyncIterator[bytes]:
-        call = to_call(parse_request(self._check_size(raw)), raw, context.time_remaining(), self._names)
-        async with aclosing(self._plane.infer_stream(call)) as replies:
-            async for reply in replies:
-                yield reply.payload
+        request = parse_request(self._check_size(raw))
+        call = to_call(request, raw, context.time_remaining(), self._names)
+        try:
+            job = await self._plane.submit_stream(call)
+        except SluiceError as error:
+            workflow = await self._workflows.instead_of_model(error, request.model_name)
+            chunks = self._workflows.chunks(
+                workflow_call(workflow, list(request.input.items()), context.time_remaining())
+            )
+            async with aclosing(chunks):
+                async for chunk in chunks:
+                    yield PredictionResponse(prediction=chunk).SerializeToString()
+            return
+        try:
+            async with aclosing(job.replies()) as replies:
+                async for reply in replies:
+                    yield reply.payload
+        finally:
+            job.close()
 
     async def stream_predictions2(
         self, requests: AsyncIterator[bytes], context: RawContext

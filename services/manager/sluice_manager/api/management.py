@@ -73,6 +73,8 @@ class RegisterRequest:
     synchronous: bool = True
     response_timeout_s: int | None = None
     startup_timeout_s: int | None = None
+    # See RegisterOptions.source_dir: the manager's own registrations only (a workflow's function nodes).
+    source_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -161,14 +163,14 @@ class ManagementService:
 
     async def register(self, request: RegisterRequest) -> Status:
         require_model_api(self.config.model_api_enabled)
-        if not request.url:
+        if not request.url and not request.source_dir:
             raise SluiceError(ErrorCode.INVALID_ARGUMENT, URL_REQUIRED)
         check_runtime(request.runtime)
         options = RegisterOptions(
             url=request.url, model_name=request.model_name, handler=request.handler, runtime=request.runtime,
             batch_size=request.batch_size, max_batch_delay_ms=request.max_batch_delay_ms,
             response_timeout_s=request.response_timeout_s, startup_timeout_s=request.startup_timeout_s,
-            initial_workers=request.initial_workers,
+            initial_workers=request.initial_workers, source_dir=request.source_dir,
         )  # fmt: skip
         op = await self._run_operation(OpKind.REGISTER, dataclasses.asdict(options))
         if op.min_workers == 0:
@@ -272,15 +274,16 @@ class ManagementService:
         return Status(f'Traffic weights successfully updated for model "{model}" to {shown}')
 
     async def list_models(self, limit: int, next_page_token: int) -> Json:
-        all_names = await self.registry.model_names()
-        window = page(len(all_names), limit, next_page_token)
-        entries: list[tuple[str, str]] = []
-        for name in all_names[window.start : window.stop]:
+        """Every model's default version, in name order, paged; a workflow's function nodes (models
+        without a URL) are left out before paging, as TorchServe leaves them out."""
+        listed: list[tuple[str, str]] = []
+        for name in await self.registry.model_names():
             default, _ = await self.registry.versions(name)
             record = None if default is None else await self.registry.get(name, default)
-            if record is not None:
-                entries.append((name, record.model_url))
-        return model_list(entries, window.next_token)
+            if record is not None and record.model_url:
+                listed.append((name, record.model_url))
+        window = page(len(listed), limit, next_page_token)
+        return model_list(listed[window.start : window.stop], window.next_token)
 
     async def describe(
         self,

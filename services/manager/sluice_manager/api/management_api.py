@@ -24,13 +24,17 @@ from sluice_manager.api.describe_job import DescribeJobs
 from sluice_manager.api.grpc_api.server import ManagementGrpcServer
 from sluice_manager.api.management import ManagementConfig, ManagementService
 from sluice_manager.api.rest_api.server import create_app
+from sluice_manager.api.rest_api.workflow_routes import WorkflowRoutes
 from sluice_manager.api.version_views import MeasureUsage, no_usage
+from sluice_manager.models.fetch import settings_download
+from sluice_manager.models.registration import registration_config
 from sluice_manager.operations.celery_app import celery_app
 from sluice_manager.operations.task_client import TaskClient
 from sluice_manager.operations.task_process import TaskWorkerProcess
 from sluice_manager.settings import ManagerSettings
 from sluice_manager.stores import Stores
 from sluice_manager.supervision.registry_events import wake_on_events
+from sluice_manager.workflows.service import WorkflowConfig, WorkflowService
 
 log = get_logger(__name__)
 
@@ -94,11 +98,21 @@ class ManagementApi:
             interceptors=seams.grpc_interceptors,
             tls=settings,
         )
+        self.workflows = WorkflowService(
+            self.service,
+            WorkflowConfig(
+                workflow_store=settings.workflow_store or settings.model_store,
+                models_dir=settings.models_path,
+                limits=registration_config(settings).limits,
+                lock_wait_s=settings.model_lock_wait_s,
+            ),
+            download=settings_download(settings),
+        )
         app = create_app(
             self.service,
             max_request_size=settings.max_request_size,
             extra_middlewares=seams.rest_middlewares,
-            extra_routes=seams.rest_routes,
+            extra_routes=[*WorkflowRoutes(self.workflows).routes(), *seams.rest_routes],
         )
         address = parse_address(settings.management_address)
         context = rest_context(settings, settings.management_address)

@@ -29,7 +29,7 @@ from sluice.registry import warmup
 from sluice.registry.records import VersionRecord
 
 from sluice_manager.models import archives
-from sluice_manager.models.fetch import Download, fetch
+from sluice_manager.models.fetch import Download, LocalArchive, fetch
 from sluice_manager.models.manifest import check_handler, read_archive
 from sluice_manager.models.model_snapshot import merged_models_json, parse_model_snapshot
 from sluice_manager.models.version_config import (
@@ -96,7 +96,7 @@ def describe_archive(
 ) -> VersionRecord:
     """The version record of the archive unpacked in ``model_dir``, with its artifact digest
     (blocking: run it in a thread)."""
-    archive = archives.printable(options.url)
+    archive = archives.printable(options.url or options.model_name or "")
     contents = read_archive(model_dir, archive)
     handler = options.handler or contents.manifest.model.handler or config.defaults.default_service_handler
     if not handler:
@@ -145,6 +145,15 @@ async def commit(
             return existing
         await stores.registry.add(record, make_default=is_default(options, record, models_json))
     return None
+
+
+def prepared_folder(models_dir: Path, source_dir: str) -> LocalArchive:
+    """A folder the manager prepared for registration (RegisterOptions.source_dir), which must lie in
+    its models folder."""
+    real_root, real_path = os.path.realpath(models_dir), os.path.realpath(source_dir)
+    if real_path == real_root or not archives.is_within(real_root, real_path) or not os.path.isdir(real_path):
+        raise SluiceError(ErrorCode.INTERNAL, "A prepared model folder is missing")
+    return LocalArchive(Path(real_path), archives.ArchiveKind.FOLDER)
 
 
 async def _untracked(**_: object) -> None:
@@ -234,10 +243,13 @@ class Registrar:
         """Fetch and unpack into ``staging`` (private), then move the result into the models folder."""
         await asyncio.to_thread(staging.mkdir, parents=True, exist_ok=True)
         try:
-            local = await fetch(
-                options.url, model_store=self.config.model_store, work_dir=staging / "download",
-                downloader=self.download,
-            )  # fmt: skip
+            if options.source_dir:
+                local = prepared_folder(self.config.models_dir, options.source_dir)
+            else:
+                local = await fetch(
+                    options.url, model_store=self.config.model_store, work_dir=staging / "download",
+                    downloader=self.download,
+                )  # fmt: skip
             try:
                 unpacked = await asyncio.to_thread(
                     archives.unpack, local.path, local.kind, staging, self.config.limits

@@ -68,6 +68,9 @@ class RegisterOptions:
     initial_workers: int | None = None
     make_default: bool = False
     at_startup: bool = False
+    # A folder the manager prepared inside its models folder (a workflow's function node), registered
+    # instead of ``url``; never set from a client's request.
+    source_dir: str | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ EVENTS_CHANNEL = f"{PREFIX}:events"
 # Sorted set of registered model names (score 0: ZRANGE gives name order for ListModels).
 MODELS = f"{PREFIX}:models"
 
+# Hash workflow name -> its record (sluice.registry.workflows.WorkflowRecord, JSON).
+WORKFLOWS = f"{PREFIX}:workflows"
+
 
 def _version_tag(model: str, version: str) -> str:
     return f"{PREFIX}:{{{model}:{version}}}"

@@ -15,11 +15,12 @@ def is_valid(name: str) -> bool:
 
 def check_model_name(name: str) -> str:
     if not is_valid(name):
-        raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {_printable(name)}")
+        raise SluiceError(ErrorCode.MODEL_NOT_FOUND, f"Model not found: {printable(name)}")
     return name
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
+    """``text`` safe for a message: printable characters only, bounded."""
     cleaned = "".join(ch if ch.isprintable() else "?" for ch in text[:MAX_NAME_LENGTH])
     return cleaned + ("..." if len(text) > MAX_NAME_LENGTH else "")
 
@@ -28,7 +29,7 @@ def check_version(model: str, version: str) -> str:
     if not is_valid(version):
         raise SluiceError(
             ErrorCode.VERSION_NOT_FOUND,
-            f"Model version: {_printable(version)} does not exist for model: {_printable(model)}",
+            f"Model version: {printable(version)} does not exist for model: {printable(model)}",
         )
     return version
 
@@ -39,5 +40,5 @@ MAX_SEQUENCE_ID_LENGTH = 256
 def check_sequence_id(sequence_id: str) -> str:
     """A client's sequence id: it becomes part of Redis keys and log lines."""
     if not sequence_id or len(sequence_id) > MAX_SEQUENCE_ID_LENGTH or not sequence_id.isprintable():
-        raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid sequence id: {_printable(sequence_id)}")
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid sequence id: {printable(sequence_id)}")
     return sequence_id

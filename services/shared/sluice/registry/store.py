@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.redis import keys
 from sluice.registry import reader as registry
+from sluice.registry import workflows
 from sluice.registry.records import VersionRecord, VersionState, event
+from sluice.registry.workflows import WorkflowRecord
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -62,6 +64,12 @@ class RegistryStore:
         if raw_record is None or raw_state is None or _text(raw_state) != VersionState.ACTIVE.value:
             return None
         return VersionRecord.from_json(raw_record)
+
+    async def workflow(self, name: str) -> WorkflowRecord | None:
+        return await workflows.get_workflow(self._redis, name)
+
+    async def workflow_names(self) -> list[str]:
+        return await workflows.workflow_names(self._redis)
 
     # Writes, each with its event ---------------------------------------------------------------------
     async def add(self, record: VersionRecord, *, make_default: bool) -> None:
@@ -121,6 +129,24 @@ class RegistryStore:
 
     async def routing(self, model: str) -> registry.ModelRouting:
         return await registry.model_routing(self._redis, model)
+
+    async def add_workflow(self, record: WorkflowRecord) -> bool:
+        """Register a workflow (its members are registered already); False when one of that name is.
+        Announces ``workflow``."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(keys.WORKFLOWS, record.name, record.to_json())
+            pipe.publish(keys.EVENTS_CHANNEL, event("workflow", record.name))
+            added, _receivers = await pipe.execute()
+        return bool(added)
+
+    async def remove_workflow(self, name: str) -> bool:
+        """Forget a workflow (its members stay until they are unregistered); False when there was
+        none. Announces ``workflow``."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hdel(keys.WORKFLOWS, name)
+            pipe.publish(keys.EVENTS_CHANNEL, event("workflow", name))
+            removed, _receivers = await pipe.execute()
+        return bool(removed)
 
     async def mark_removing(self, model: str, version: str) -> None:
         """Gateways stop routing to the version (their enqueue refuses one that is not active) and

@@ -3,13 +3,13 @@ by the inference and management ports: ``x-request-id``, no-cache headers on eve
 JSON bodies ending in a newline, ``{"code", "type", "message"}`` error bodies, ``Connection: close``
 after an error, and a Content-Type only when there is one to send."""
 
-import json
 import uuid
 from typing import Any
 
 from aiohttp import hdrs, web
 
 from sluice.errors import SluiceError
+from sluice.transport.json_text import pretty_json
 from sluice.transport.status_map import rest_error_type, rest_status
 
 REQUEST_ID_HEADER = "x-request-id"
@@ -34,11 +34,6 @@ def request_id(request: web.Request) -> str:
         rid = uuid.uuid4().hex
         request[REQUEST_ID] = rid
     return rid
-
-
-def pretty_json(value: Any) -> bytes:
-    """Gson's pretty print as TorchServe sends it: 2-space indent, then a newline."""
-    return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def json_response(value: Any, status: int = 200) -> web.Response:

@@ -14,6 +14,7 @@ from sluice_worker.protocols.describe import Describe
 from sluice_worker.protocols.kserve import KServe
 from sluice_worker.protocols.torchserve_grpc import TorchServeGrpc
 from sluice_worker.protocols.torchserve_rest import TorchServeRest
+from sluice_worker.protocols.workflow_node import WorkflowNode
 
 NO_TENSORS = ModelTensors()
 
@@ -32,6 +33,7 @@ class Protocols:
             int(WireProtocol.TORCHSERVE_REST): TorchServeRest(decode=decode_input_request),
             int(WireProtocol.KSERVE): KServe(tensors),
             int(WireProtocol.DESCRIBE): Describe(),
+            int(WireProtocol.WORKFLOW_NODE): WorkflowNode(decode=decode_input_request),
         }
 
     def _adapter(self, job: Job) -> WireAdapter:

@@ -27,7 +27,7 @@ KSERVE_V1_MODEL = "/v1/models/{model}"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _with_slash(path: str, **handlers: Handler) -> list[web.RouteDef]:
+def with_slash(path: str, **handlers: Handler) -> list[web.RouteDef]:
     """``path`` and ``path/`` (TorchServe splits paths on "/", so a trailing slash changes nothing),
     one route per method."""
     return [
@@ -45,16 +45,16 @@ class ManagementRoutes:
         return [
             web.options("/", self.api_description),
             web.route("*", "/api-description", self.api_description),
-            *_with_slash(MODELS, get=self.list_models, post=self.register),
+            *with_slash(MODELS, get=self.list_models, post=self.register),
             *self._model_routes(MODEL),
-            *_with_slash(SET_WEIGHTS, put=self.set_weights),
+            *with_slash(SET_WEIGHTS, put=self.set_weights),
             *self._model_routes(VERSION),
-            *_with_slash(SET_DEFAULT, put=self.set_default),
-            *_with_slash(KSERVE_V1_MODEL, get=self.model_ready),
+            *with_slash(SET_DEFAULT, put=self.set_default),
+            *with_slash(KSERVE_V1_MODEL, get=self.model_ready),
         ]
 
     def _model_routes(self, path: str) -> list[web.RouteDef]:
-        return _with_slash(
+        return with_slash(
             path,
             get=self.describe,
             put=self.scale,
