@@ -10,6 +10,7 @@ TorchServe gRPC, member batching under concurrent calls, registration refused wi
 off, and a member's worker killed mid-call."""
 
 import concurrent.futures
+import http.client
 import json
 import os
 import signal
@@ -79,8 +80,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, li
     stack.start([], "--enable-model-api")
     try:
         answers = replay(stack)
-        registered = call(stack.management_http_port, "POST", f"/workflows?url={archives.BATCHED}.war")
-        assert registered[0] == 200, registered
+        for name in (archives.BATCHED, archives.STREAMED):
+            registered = call(stack.management_http_port, "POST", f"/workflows?url={name}.war")
+            assert registered[0] == 200, registered
         yield stack, answers
     finally:
         stack.stop()
@@ -152,6 +154,40 @@ def test_the_workflow_answers_kserve_and_torchserve_grpc(served: tuple[Stack, li
         with pytest.raises(grpc.RpcError) as unknown:
             torchserve.Predictions(PredictionsRequest(model_name="nope", input={"data": b"x"}), timeout=60)
         assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+def test_a_last_node_that_answers_in_chunks_streams_on_every_streaming_front(
+    served: tuple[Stack, list[Any]],
+) -> None:
+    stack, _answers = served
+    chunks = [b"1", b"2", b"3"]
+    connection = http.client.HTTPConnection("127.0.0.1", stack.http_port, timeout=60)
+    try:
+        connection.request(
+            "POST", f"/wfpredict/{archives.STREAMED}", archives.BODY, {"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        assert (response.status, response.getheader("Transfer-Encoding")) == (200, "chunked")
+        assert response.read() == b"".join(chunks)
+    finally:
+        connection.close()
+    with grpc.insecure_channel(stack.grpc_target) as channel:
+        torchserve = InferenceAPIsServiceStub(channel)
+        request = PredictionsRequest(model_name=archives.STREAMED, input={"body": archives.BODY})
+        assert [r.prediction for r in torchserve.StreamPredictions(request, timeout=60)] == chunks
+        # A unary call gets the chunks joined.
+        assert torchserve.Predictions(request, timeout=60).prediction == b"".join(chunks)
+        tensor = kserve.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="BYTES", shape=[1])
+        framed = struct.pack("<I", len(archives.BODY)) + archives.BODY
+        infer = kserve.ModelInferRequest(
+            model_name=archives.STREAMED, inputs=[tensor], raw_input_contents=[framed]
+        )
+        responses = list(
+            kserve_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([infer]), timeout=60)
+        )
+        assert [r.infer_response.raw_output_contents[0][4:] for r in responses] == chunks
+        finals = [r.infer_response.parameters["triton_final_response"].bool_param for r in responses]
+        assert finals == [False, False, True]
 
 
 def test_concurrent_calls_keep_member_batching(served: tuple[Stack, list[Any]]) -> None:

@@ -34,8 +34,10 @@ TWO_STARTS = "twostarts"
 FANOUT_OBJECTS = "fanoutobj"
 # Archives in the store, in the order they are registered.
 WORKFLOWS = (SEQ, FANIN, FANOUT, BROKEN, TWO_STARTS, FANOUT_OBJECTS)
-# Sluice's tests only: ``double`` batching up to 8 requests (member batching under concurrent calls).
+# Sluice's tests only: ``double`` batching up to 8 requests (member batching under concurrent calls),
+# and a last node that answers in chunks (``talk``: one chunk per value).
 BATCHED = "batched"
+STREAMED = "streamed"
 # Named by requests, in no store.
 MISSING = "missing"
 UNKNOWN = "nope"
@@ -149,6 +151,20 @@ WORKFLOW_HANDLER = textwrap.dedent("""
         raise ValueError("boom")
 
 
+    def talk(data, context):
+        # Answers each value of its parent's list as one chunk, the last as the final answer.
+        if data is None:
+            return None
+        from ts.handler_utils.utils import send_intermediate_predict_response
+
+        values = _json(data[0].get("body"))
+        for value in values[:-1]:
+            send_intermediate_predict_response(
+                [json.dumps(value)], context.request_ids, "Intermediate Prediction success", 200, context
+            )
+        return [json.dumps(values[-1])]
+
+
     def wrap(data, context):
         _log("wrap", data, context)
         if data is None:
@@ -180,6 +196,7 @@ SPECS: dict[str, str] = {
     BROKEN: _spec((), "pre: [boom]"),
     TWO_STARTS: _spec((DOUBLE,), "pre: [double]\npost: [double]"),
     FANOUT_OBJECTS: _spec((DOUBLE, ADD_ONE), "pre: [double, add_one]\ndouble: [post]\nadd_one: [wrap]"),
+    STREAMED: _spec((), "pre: [talk]"),
     BATCHED: (
         "models:\n  batch-size: 8\n  max-batch-delay: 300\n  double:\n    url: double.mar\n"
         "dag:\n  pre: [double]\n"
@@ -202,7 +219,7 @@ def build_store(store: Path) -> None:
         )  # fmt: skip
     handler = source / HANDLER_FILE
     handler.write_text(WORKFLOW_HANDLER)
-    for name in (*WORKFLOWS, BATCHED):
+    for name in (*WORKFLOWS, BATCHED, STREAMED):
         spec = source / f"{name}.yaml"
         spec.write_text(SPECS[name])
         _run(

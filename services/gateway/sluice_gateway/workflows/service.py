@@ -44,9 +44,12 @@ class Workflows:
         raise error
 
     async def answer(self, call: WorkflowCall) -> bytes:
-        """The call's whole answer: the single leaf's output (its chunks joined), or the leaves'
-        JSON object."""
-        return combined(await self._executor.run(call))
+        """The call's whole answer: the single leaf's output (its chunks joined, as a REST client
+        reading the chunked answer gets it), or the leaves' JSON object."""
+        if len(call.workflow.leaves) > 1:
+            return combined(await self._executor.run(call))
+        async with aclosing(self._executor.stream(call)) as replies:
+            return b"".join([reply.payload async for reply in replies])
 
     def stream(self, call: WorkflowCall) -> AsyncGenerator[Reply, None]:
         """A single-leaf workflow's leaf replies as they come (:meth:`WorkflowExecutor.stream`)."""
@@ -56,7 +59,7 @@ class Workflows:
         """The call's answer for a streaming front: a single leaf's chunks as they come; the leaves'
         JSON object, whole, when there are several."""
         if len(call.workflow.leaves) > 1:
-            yield await self.answer(call)
+            yield combined(await self._executor.run(call))
             return
         async with aclosing(self._executor.stream(call)) as replies:
             async for reply in replies:
