@@ -2,7 +2,7 @@
 
 import pytest
 from sluice.errors import ErrorCode, SluiceError
-from sluice_manager.workflows.spec import java_map_text, parse_spec
+from sluice_manager.models.workflow_spec import java_map_text, parse_spec
 
 SPEC = b"""
 models:

@@ -26,6 +26,7 @@ from sluice_manager.api.management import ManagementConfig, ManagementService
 from sluice_manager.api.rest_api.server import create_app
 from sluice_manager.api.rest_api.workflow_routes import WorkflowRoutes
 from sluice_manager.api.version_views import MeasureUsage, no_usage
+from sluice_manager.api.workflows import WorkflowConfig, WorkflowService
 from sluice_manager.models.fetch import settings_download
 from sluice_manager.models.registration import registration_config
 from sluice_manager.operations.celery_app import celery_app
@@ -34,7 +35,6 @@ from sluice_manager.operations.task_process import TaskWorkerProcess
 from sluice_manager.settings import ManagerSettings
 from sluice_manager.stores import Stores
 from sluice_manager.supervision.registry_events import wake_on_events
-from sluice_manager.workflows.service import WorkflowConfig, WorkflowService
 
 log = get_logger(__name__)
 

@@ -11,7 +11,7 @@ from sluice.transport.torchserve_http import json_response, status_response
 
 from sluice_manager.api.rest_api import params
 from sluice_manager.api.rest_api.routes import with_slash
-from sluice_manager.workflows.service import RegisterWorkflowRequest, WorkflowService
+from sluice_manager.api.workflows import RegisterWorkflowRequest, WorkflowService
 
 WORKFLOWS = "/workflows"
 WORKFLOW = "/workflows/{name}"

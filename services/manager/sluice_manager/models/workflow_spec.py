@@ -4,8 +4,9 @@ loader: ``models`` holds the global settings (``min-workers``, ``max-workers``, 
 those settings); ``dag`` maps each node to its children. A node that is not a model is a function of
 the workflow's handler file. The DAG must have exactly one start node and no cycle.
 
-Pure: the archive is read elsewhere (:mod:`.archive`); errors are TorchServe's (``InvalidDAGException``
-texts) or, for what TorchServe would crash on, a message naming the problem.
+Pure: the archive is read elsewhere (:mod:`sluice_manager.models.workflow_archive`); errors are
+TorchServe's (``InvalidDAGException`` texts) or, for what TorchServe would crash on, a message naming
+the problem.
 """
 
 from dataclasses import dataclass

@@ -22,7 +22,7 @@ from sluice.registry import names
 
 from sluice_manager.models import archives
 from sluice_manager.models.fetch import Download, fetch
-from sluice_manager.workflows.spec import WorkflowSpec, invalid_workflow, parse_spec
+from sluice_manager.models.workflow_spec import WorkflowSpec, invalid_workflow, parse_spec
 
 WAR_INF = "WAR-INF"
 MANIFEST = f"{WAR_INF}/MANIFEST.json"

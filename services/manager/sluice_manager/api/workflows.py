@@ -1,13 +1,13 @@
 """The management API's workflow calls, as TorchServe 0.12's ``WorkflowManager`` answers them:
 register (``POST /workflows?url=``), unregister, list (paged as ``/models``) and describe.
 
-Registering reads the archive (:mod:`.archive`), then registers every node's member model
-``<workflow>__<node>`` through the model API's own register call (synchronously, with the node's
-batch size, delay and ``max-workers`` workers, as TorchServe does), concurrently; if any fails, those
-that succeeded are unregistered again and the call fails naming every failure. The workflow's record
-is written last, so gateways never see a workflow whose members are not all registered; unregistering
-removes the record first, then the members. Both need the model API, as registering a model does
-(TorchServe 0.12 forgets that check for workflows; Sluice does not).
+Registering reads the archive (:mod:`sluice_manager.models.workflow_archive`), then registers every
+node's member model ``<workflow>__<node>`` through the model API's own register call: synchronously,
+concurrently, each with its node's batch size, delay and ``max-workers`` workers, as TorchServe does.
+If any fails, those that succeeded are unregistered again and the call fails naming every failure.
+The workflow's record is written last, so gateways never see a workflow whose members are not all
+registered; unregistering removes the record first, then the members. Both need the model API, as
+registering a model does (TorchServe 0.12 forgets that check for workflows; Sluice does not).
 """
 
 import asyncio
@@ -26,8 +26,8 @@ from sluice_manager.api.model_api import require_model_api
 from sluice_manager.api.model_views import Json, page
 from sluice_manager.models import archives
 from sluice_manager.models.fetch import URL_REQUIRED, Download
-from sluice_manager.workflows.archive import PreparedWorkflow, prepare
-from sluice_manager.workflows.spec import Member
+from sluice_manager.models.workflow_archive import PreparedWorkflow, prepare
+from sluice_manager.models.workflow_spec import Member
 
 log = get_logger(__name__)
 
