@@ -18,6 +18,7 @@ from sluice.auth.store import TokenStore
 from sluice.redis.client import connect
 from sluice.v1 import torchserve_management_pb2
 from sluice_manager.api.rest_api.routes import ManagementRoutes
+from sluice_manager.api.rest_api.workflow_routes import WorkflowRoutes
 from sluice_manager.api.token_api import TokenRoutes
 
 from tests.support import management_stack, stack
@@ -78,7 +79,11 @@ def site(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 
 def routes() -> list[tuple[str, str]]:
     found = set()
-    for route in [*ManagementRoutes(None).routes(), *TokenRoutes(None).routes()]:  # type: ignore[arg-type]
+    for route in [
+        *ManagementRoutes(None).routes(),  # type: ignore[arg-type]
+        *WorkflowRoutes(None).routes(),  # type: ignore[arg-type]
+        *TokenRoutes(None).routes(),  # type: ignore[arg-type]
+    ]:
         method = "POST" if route.method == "*" else route.method
         found.add((method, re.sub(r"\{(\w+)[^}]*\}", lambda m: PARAMS.get(m.group(1), "x"), route.path)))
     return sorted(found)
@@ -144,7 +149,13 @@ def test_every_rest_route_accepts_the_management_key_and_the_model_api_stays_off
             continue
         answer = site.rest(method, path, key)
         assert b"Token Authorization failed" not in answer.body, (method, path, answer.status)
-    switched_off = [("POST", "/models?url=echo.mar"), ("DELETE", "/models/echo"), ("DELETE", "/models/e/1")]
+    switched_off = [
+        ("POST", "/models?url=echo.mar"),
+        ("DELETE", "/models/echo"),
+        ("DELETE", "/models/e/1"),
+        ("POST", "/workflows?url=w.war"),
+        ("DELETE", "/workflows/w"),
+    ]
     for method, path in switched_off:
         answer = site.rest(method, path, key)
         assert answer.status == 405, (method, path, answer.body)
