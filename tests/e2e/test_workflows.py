@@ -75,7 +75,8 @@ def replay(stack: Stack) -> list[tuple[dict[str, Any], tuple[int, str | None, by
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, list[Any]]]:
     """Sluice with the model API on, every observed request replayed in order (that registers the
     workflows the other tests use), and the batched workflow registered."""
-    stack = Stack.create(tmp_path_factory.mktemp("workflows"))
+    # URLs other than this one's are refused (the model and workflow stores are not URLs).
+    stack = Stack.create(tmp_path_factory.mktemp("workflows"), "allowed_urls=https://models\\.example/.*\n")
     archives.build_store(stack.store)
     stack.start([], "--enable-model-api")
     try:
@@ -102,6 +103,33 @@ def test_every_answer_is_torchserves(served: tuple[Stack, list[Any]]) -> None:
             assert "did not answer a JSON object" in error["message"]
         else:
             assert body.decode() == observed["body"], scenario
+
+
+def test_a_url_that_allowed_urls_refuses_is_not_fetched(served: tuple[Stack, list[Any]]) -> None:
+    stack, _answers = served
+    status, _type, body = call(
+        stack.management_http_port, "POST", "/workflows?url=http://127.0.0.1:9/evil.war"
+    )
+    error = json.loads(body)
+    assert (status, error["type"]) == (404, "WorkflowNotFoundException")
+    assert error["message"].startswith(
+        "Given URL http://127.0.0.1:9/evil.war does not match any allowed URL(s)"
+    )
+
+
+def test_a_node_whose_model_name_is_taken_is_refused_and_nothing_is_left(
+    served: tuple[Stack, list[Any]],
+) -> None:
+    stack, _answers = served
+    port = stack.management_http_port
+    assert call(port, "POST", "/models?url=double.mar&model_name=taken__double&initial_workers=0")[0] == 200
+    status, _type, body = call(port, "POST", f"/workflows?url={archives.SEQ}.war&workflow_name=taken")
+    error = json.loads(body)
+    assert (status, error["type"]) == (409, "ConflictStatusException")
+    assert "taken__double" in error["message"]
+    assert call(port, "GET", "/workflows/taken")[0] == 404
+    assert call(port, "GET", "/models/taken__pre")[0] == 404
+    assert json.loads(call(port, "GET", "/models/taken__double")[2])[0]["modelUrl"] == "double.mar"
 
 
 def test_the_workflow_is_a_kserve_v2_model(served: tuple[Stack, list[Any]]) -> None:

@@ -152,3 +152,41 @@ async def test_when_a_node_fails_the_nodes_still_running_are_cancelled() -> None
             task.cancel()
     assert failed.value.code is ErrorCode.INVALID_ARGUMENT
     assert [flag.job_id for flag in served.broker.admission.cancelled] == [job.job_id for job in a_jobs]
+
+
+async def test_a_client_that_leaves_mid_stream_cancels_the_leafs_job() -> None:
+    served = Served(
+        WorkflowRecord(name="wf", url="wf.war", nodes=[node("pre", [], ["talk"]), node("talk", ["pre"], [])])
+    )
+    pre = asyncio.create_task(served.worker("wf__pre", lambda job: b"x"))
+    try:
+        stream = served.executor.stream(served.call())
+        first = asyncio.ensure_future(anext(stream))
+        job = await served.broker.admission.take("wf__talk", "1.0")
+        served.broker.replies.send(job.job_id, final=False, status_code=200, payload=b"chunk")
+        assert (await first).payload == b"chunk"
+        await stream.aclose()
+    finally:
+        pre.cancel()
+    assert [flag.job_id for flag in served.broker.admission.cancelled] == [job.job_id]
+
+
+async def test_an_attempt_that_times_out_is_retried_then_the_node_fails() -> None:
+    slow = WorkflowNode(name="slow", model="wf__slow", timeout_ms=50, retry_attempts=1)
+    served = Served(WorkflowRecord(name="wf", url="wf.war", nodes=[slow]))
+    with pytest.raises(SluiceError) as failed:
+        await served.executor.run(served.call())
+    # Nobody answers: each of the two attempts timed out and was flagged cancelled.
+    assert (failed.value.code, failed.value.message) == (ErrorCode.INTERNAL, "Error executing slow")
+    assert len(served.broker.admission.jobs("wf__slow", "1.0")) == 2
+    assert len(served.broker.admission.cancelled) == 2
+
+
+async def test_the_calls_own_deadline_ends_it_with_deadline_exceeded() -> None:
+    slow = WorkflowNode(name="slow", model="wf__slow", timeout_ms=10_000, retry_attempts=3)
+    served = Served(WorkflowRecord(name="wf", url="wf.war", nodes=[slow]))
+    call = WorkflowCall(served.workflow, NodeRequest(WireProtocol.TORCHSERVE_REST, b"x"), {}, timeout_s=0.05)
+    with pytest.raises(SluiceError) as failed:
+        await served.executor.run(call)
+    assert failed.value.code is ErrorCode.DEADLINE_EXCEEDED
+    assert len(served.broker.admission.jobs("wf__slow", "1.0")) == 1

@@ -66,7 +66,9 @@ def test_defaults_are_torchserves() -> None:
     ("dag", "message"),
     [
         (b"dag:\n  a: [a]\n", "Self loop exception"),
-        (b"dag:\n  a: [b]\n  b: [a]\n", "loop exception"),
+        # TorchServe's "loop" check finds an edge listed twice; a two-node cycle has no start node.
+        (b"dag:\n  a: [b, b]\n", "loop exception"),
+        (b"dag:\n  a: [b]\n  b: [a]\n", "DAG should have only one start node"),
         (b"dag:\n  a: [c]\n  b: [c]\n", "DAG should have only one start node"),
         (b"dag:\n  a: [b]\n  b: [c]\n  c: [d]\n  d: [b]\n", "Not a valid DAG"),
     ],
@@ -88,6 +90,9 @@ def test_invalid_dags_get_torchserves_invalid_dag_errors(dag: bytes, message: st
         (b"models:\n  batch-size: two\ndag:\n  a: [b]\n", "models.batch-size"),
         (b"models: {}\ndag:\n  'a b': [c]\n", "Invalid workflow node name"),
         (b"models: {}\ndag:\n  a: b\n", "must list the node's children"),
+        # Nested aliases would expand to gigabytes: refused before anything expands.
+        (b"models: {}\nx: &a [1, 1]\ny: &b [*a, *a]\ndag:\n  a: *b\n", "aliases are not allowed"),
+        (b"models: {}\ndag:\n  a: [{x: 1}]\n", "node names must be text"),
     ],
 )
 def test_specs_torchserve_would_crash_on_get_a_message_naming_the_problem(spec: bytes, named: str) -> None:
@@ -95,6 +100,14 @@ def test_specs_torchserve_would_crash_on_get_a_message_naming_the_problem(spec: 
         parse_spec("w", "w.war", spec)
     assert refused.value.code is ErrorCode.INVALID_ARGUMENT
     assert named in refused.value.message
+
+
+def test_a_model_takes_the_global_settings_listed_before_it() -> None:
+    spec = parse_spec(
+        "w", "w.war", b"models:\n  m: {url: m.mar}\n  batch-size: 4\n  n: {url: n.mar}\ndag:\n  m: [n]\n"
+    )
+    sizes = {member.node: member.settings.batch_size for member in spec.members}
+    assert (sizes, spec.record.batch_size) == ({"m": 1, "n": 4}, 4)
 
 
 def test_java_map_text_prints_as_java_does() -> None:

@@ -11,6 +11,7 @@ replies; further requests are not read until one finishes, so HTTP/2 flow contro
 import abc
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Generic, Protocol, TypeVar
 
 from sluice_gateway.grpc_api import RawContext
@@ -44,7 +45,7 @@ class BidiCall(abc.ABC, Generic[JobT]):
         """The job for one request, or the in-stream error message that answers it instead."""
 
     @abc.abstractmethod
-    def messages(self, job: JobT) -> AsyncIterator[bytes]:
+    def messages(self, job: JobT) -> AsyncGenerator[bytes, None]:
         """The messages a job sends, as its replies arrive."""
 
     @abc.abstractmethod
@@ -87,8 +88,9 @@ class BidiCall(abc.ABC, Generic[JobT]):
 
     async def _forward(self, job: JobT) -> None:
         try:
-            async for message in self.messages(job):
-                await self._outbox.put(message)
+            async with aclosing(self.messages(job)) as messages:
+                async for message in messages:
+                    await self._outbox.put(message)
         except Exception as exc:
             await self._outbox.put(self.failure(job, exc))
         finally:

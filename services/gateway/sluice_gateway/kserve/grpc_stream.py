@@ -8,7 +8,8 @@ request answered.
 How requests, jobs and responses flow is :mod:`bidi_call`'s.
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 from sluice.errors import as_sluice_error
 
@@ -41,12 +42,13 @@ class StreamInferCall(BidiCall[InferStream]):
         except Exception as exc:
             return stream_error(as_sluice_error(exc).message, request_id)
 
-    async def messages(self, stream: InferStream) -> AsyncIterator[bytes]:
-        async for reply in stream.replies():
-            if not reply.final:
-                yield stream_response(reply.payload, final=False)
-            elif send_final(stream, reply.payload):
-                yield stream_response(reply.payload, final=True)
+    async def messages(self, stream: InferStream) -> AsyncGenerator[bytes, None]:
+        async with aclosing(stream.replies()) as replies:
+            async for reply in replies:
+                if not reply.final:
+                    yield stream_response(reply.payload, final=False)
+                elif send_final(stream, reply.payload):
+                    yield stream_response(reply.payload, final=True)
 
     def failure(self, stream: InferStream, error: Exception) -> bytes:
         return stream_error(as_sluice_error(error).message, stream.request.request_id)

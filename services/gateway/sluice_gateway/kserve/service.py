@@ -158,7 +158,8 @@ class WorkflowStream:
         return Reply(final=final, payload=payload, status_code=200)
 
     def close(self) -> None:
-        """Nothing to release: the workflow's jobs end with its generator."""
+        """Nothing to release here: the workflow's jobs are cancelled when :meth:`replies` is closed
+        (its readers close it), and none exists before it starts."""
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ sequences may share one call; a stateful model answers each sequence's requests 
 the worker that holds it (the broker routes them).
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import grpc
@@ -54,7 +54,7 @@ class Stream2Call(BidiCall[SequencedJob]):
         except Exception as exc:
             return error_response(as_sluice_error(exc), sequence_id)
 
-    async def messages(self, job: SequencedJob) -> AsyncIterator[bytes]:
+    async def messages(self, job: SequencedJob) -> AsyncGenerator[bytes, None]:
         suffix = sequence_suffix(job.sequence_id)
         async for reply in job.job.replies():
             yield reply.payload + suffix

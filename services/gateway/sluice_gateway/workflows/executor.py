@@ -15,6 +15,7 @@ any cancelled call's are).
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from sluice.envelope import Reply, WireProtocol
@@ -50,12 +51,9 @@ class WorkflowCall:
     timeout_s: float | None = None
 
 
-def node_request(parameters: list[tuple[str, bytes]], content_type: str = "") -> NodeRequest:
-    node_input = NodeInput(
-        parameters=[
-            NodeParameter(name=name, content_type=content_type, value=value) for name, value in parameters
-        ]
-    )
+def node_request(parameters: list[tuple[str, bytes]]) -> NodeRequest:
+    """Parameters as a parent's outputs are handed on: bytes, no content type."""
+    node_input = NodeInput(parameters=[NodeParameter(name=name, value=value) for name, value in parameters])
     return NodeRequest(WireProtocol.WORKFLOW_NODE, node_input.SerializeToString())
 
 
@@ -89,8 +87,10 @@ class WorkflowExecutor:
         deadline = self._deadline(call)
         _outputs, held = await self._walk(call, hold=leaf.name, deadline=deadline)
         request = held if held is not None else call.root
-        async for reply in self._stream_node(call, leaf, request, deadline):
-            yield reply
+        # Closed with this generator, so that a client that leaves mid-stream cancels the leaf's job.
+        async with aclosing(self._stream_node(call, leaf, request, deadline)) as replies:
+            async for reply in replies:
+                yield reply
 
     def _deadline(self, call: WorkflowCall) -> float | None:
         return None if call.timeout_s is None else self._clock() + call.timeout_s
@@ -161,6 +161,8 @@ class WorkflowExecutor:
             timeout_s=timeout_s,
             headers=call.headers,
             stream_in_batch=True,
+            # A stateful member starts a new sequence per call, as a REST call naming none does.
+            missing_sequence=None,
         )
 
     def _give_up(self, node: WorkflowNode, error: SluiceError, attempt: int, deadline: float | None) -> bool:
@@ -194,11 +196,11 @@ class WorkflowExecutor:
             timeout_s = self._attempt_timeout_s(node, deadline)
             answered = False
             try:
-                async for reply in self._plane.infer_stream(
-                    self._inference_call(call, node, request, timeout_s)
-                ):
-                    answered = True
-                    yield reply
+                stream = self._plane.infer_stream(self._inference_call(call, node, request, timeout_s))
+                async with aclosing(stream) as replies:
+                    async for reply in replies:
+                        answered = True
+                        yield reply
                 return
             except SluiceError as error:
                 if answered:

@@ -32,6 +32,9 @@ from sluice_manager.models.workflow_spec import Member
 log = get_logger(__name__)
 
 CONFLICT = "org.pytorch.serve.http.ConflictStatusException"
+WORKFLOW_EXCEPTION = "org.pytorch.serve.archive.workflow.WorkflowException"
+# Members registered at once (TorchServe registers them from a pool of 4 threads).
+MEMBERS_AT_ONCE = 4
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,17 @@ class WorkflowService:
                 ErrorCode.CONFLICT, f"Workflow {record.name} is already registered.", exception_class=CONFLICT
             )
         members = prepared.spec.members
+        # A member name that is a model already would add a version to someone else's model.
+        taken = [member.model for member in members if (await self._registry.versions(member.model))[1]]
+        if taken:
+            raise SluiceError(
+                ErrorCode.CONFLICT,
+                f"Workflow {record.name} cannot register its nodes: models {', '.join(taken)} exist",
+                exception_class=CONFLICT,
+            )
+        slots = asyncio.Semaphore(MEMBERS_AT_ONCE)
         outcomes = await asyncio.gather(
-            *(self._register_member(member, prepared, request) for member in members), return_exceptions=True
+            *(self._register_member(member, prepared, request, slots) for member in members)
         )
         failures = [
             _failure(member, outcome)
@@ -108,13 +120,9 @@ class WorkflowService:
             registered = [
                 member.model for member, outcome in zip(members, outcomes, strict=True) if outcome is None
             ]
-            await self._remove_members(registered)
+            failures += await self._remove_members(registered)
             failed = f"Workflow {record.name} has failed to register. Failures: [{', '.join(failures)}]"
-            raise SluiceError(
-                ErrorCode.INTERNAL,
-                failed,
-                exception_class="org.pytorch.serve.archive.workflow.WorkflowException",
-            )
+            raise SluiceError(ErrorCode.INTERNAL, failed, exception_class=WORKFLOW_EXCEPTION)
         if not await self._registry.add_workflow(record):
             await self._remove_members(record.members)
             raise SluiceError(
@@ -122,46 +130,64 @@ class WorkflowService:
             )
 
     async def _register_member(
-        self, member: Member, prepared: PreparedWorkflow, request: RegisterWorkflowRequest
+        self,
+        member: Member,
+        prepared: PreparedWorkflow,
+        request: RegisterWorkflowRequest,
+        slots: asyncio.Semaphore,
     ) -> BaseException | None:
         function_dir = prepared.function_dirs.get(member.node)
         try:
-            await self._models.register(
-                RegisterRequest(
-                    url=member.url,
-                    model_name=member.model,
-                    batch_size=member.settings.batch_size,
-                    max_batch_delay_ms=member.settings.max_batch_delay_ms,
-                    initial_workers=1 if function_dir is not None else member.settings.max_workers,
-                    synchronous=True,
-                    response_timeout_s=request.response_timeout_s,
-                    startup_timeout_s=request.startup_timeout_s,
-                    source_dir=str(function_dir) if function_dir is not None else None,
+            async with slots:
+                await self._models.register(
+                    RegisterRequest(
+                        url=member.url,
+                        model_name=member.model,
+                        batch_size=member.settings.batch_size,
+                        max_batch_delay_ms=member.settings.max_batch_delay_ms,
+                        initial_workers=1 if function_dir is not None else member.settings.max_workers,
+                        synchronous=True,
+                        response_timeout_s=request.response_timeout_s,
+                        startup_timeout_s=request.startup_timeout_s,
+                        source_dir=str(function_dir) if function_dir is not None else None,
+                    )
                 )
-            )
-        except Exception as exc:  # every failure is reported, each with its member's name
+        except SluiceError as error:
+            return error
+        except Exception as exc:  # reported with its member's name; the traceback goes to the log
+            log.exception("workflow member failed to register", member=member.model)
             return exc
         return None
 
     async def unregister(self, name: str) -> str:
         self._model_api()
+        if not names.is_valid(name):
+            raise workflow_not_found(name)
         async with self._locks.hold(_lock_name(name), wait_s=self._config.lock_wait_s):
-            record = await self._registry.workflow(name) if names.is_valid(name) else None
+            record = await self._registry.workflow(name)
             if record is None:
                 raise workflow_not_found(name)
             await self._registry.remove_workflow(name)
-            await self._remove_members(record.members)
+            failures = await self._remove_members(record.members)
+        if failures:
+            raise SluiceError(
+                ErrorCode.INTERNAL,
+                f"Error while unregistering the workflow {name}. Details: [{', '.join(failures)}]",
+            )
         log.info("workflow unregistered", workflow=name)
         return f'Workflow "{name}" unregistered'
 
-    async def _remove_members(self, members: list[str]) -> None:
-        """Unregister each member model; one already gone is fine (a retried removal)."""
+    async def _remove_members(self, members: list[str]) -> list[str]:
+        """Unregister each member model (one already gone is fine: a retried removal); what failed."""
+        failures = []
         for member in members:
             try:
                 await self._models.unregister(member, None)
             except SluiceError as error:
                 if error.code is not ErrorCode.MODEL_NOT_FOUND:
                     log.warning("workflow member not unregistered", member=member, error=error.message)
+                    failures.append(f"Error while unregistering workflow node {member}: {error.message}")
+        return failures
 
     async def listing(self, limit: int, next_page_token: int) -> Json:
         all_names = await self._registry.workflow_names()
@@ -183,8 +209,9 @@ class WorkflowService:
 
 
 def _lock_name(workflow: str) -> str:
-    """The lock of a workflow's calls: apart from any model's (a model may share the name)."""
-    return f"workflow.{workflow}"
+    """The lock of a workflow's calls: apart from the lock of a model of the same name ("/" is in no
+    model name)."""
+    return f"workflow/{workflow}"
 
 
 def _failure(member: Member, outcome: BaseException | None) -> str:

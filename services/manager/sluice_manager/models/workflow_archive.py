@@ -20,7 +20,7 @@ from typing import Any
 from sluice.errors import ErrorCode, SluiceError
 from sluice.registry import names
 
-from sluice_manager.models import archives
+from sluice_manager.models import archives, url_policy
 from sluice_manager.models.fetch import Download, fetch
 from sluice_manager.models.workflow_spec import WorkflowSpec, invalid_workflow, parse_spec
 
@@ -62,11 +62,13 @@ async def prepare(
             url, model_store=workflow_store, work_dir=staging / "download", downloader=downloader
         )
     except SluiceError as error:
-        if error.code is ErrorCode.MODEL_NOT_FOUND:
-            raise workflow_not_found(
-                f"Workflow not found in workflow store: {archives.printable(url)}"
-            ) from None
-        raise
+        if error.code is not ErrorCode.MODEL_NOT_FOUND:
+            raise
+        # TorchServe answers a URL that allowed_urls refuses, and a name missing from the store, with
+        # WorkflowNotFoundException.
+        if url_policy.is_url(url):
+            raise workflow_not_found(error.message) from None
+        raise workflow_not_found(f"Workflow not found in workflow store: {archives.printable(url)}") from None
     try:
         unpacked = await asyncio.to_thread(archives.unpack, local.path, local.kind, staging, limits)
     finally:
@@ -107,7 +109,7 @@ def _manifest(unpacked: Path) -> dict[str, Any]:
         return {}
     try:
         loaded = json.loads(path.read_bytes())
-    except ValueError:
+    except (ValueError, RecursionError):
         raise invalid_workflow("Failed to parse signature.json.") from None
     return loaded if isinstance(loaded, dict) else {}
 

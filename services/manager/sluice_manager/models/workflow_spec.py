@@ -71,13 +71,13 @@ def parse_spec(workflow: str, url: str, text: bytes, *, registered_unix_ms: int 
     spec = _load(text)
     models = _mapping(spec.get("models"), "models")
     dag = _mapping(spec.get("dag"), "dag")
-    defaults, model_entries = _global_settings(models)
+    defaults, model_settings = _models_settings(models)
     members: dict[str, Member] = {}
     edges: dict[str, list[str]] = {}
     for node, children in dag.items():
-        _add(members, edges, workflow, _node_name(node), defaults, model_entries)
+        _add(members, edges, workflow, _node_name(node), defaults, model_settings)
         for child in _children(node, children):
-            _add(members, edges, workflow, child, defaults, model_entries)
+            _add(members, edges, workflow, child, defaults, model_settings)
             _add_edge(edges, _node_name(node), child)
     order = _validate(edges)
     parents = {name: [p for p in edges if name in edges[p]] for name in edges}
@@ -107,11 +107,21 @@ def parse_spec(workflow: str, url: str, text: bytes, *, registered_unix_ms: int 
     return WorkflowSpec(record, [members[name] for name in order])
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases: a few hundred bytes of nested aliases expand to gigabytes
+    (TorchServe's SnakeYAML caps them too)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError("aliases are not allowed in a workflow spec")
+        return super().compose_node(parent, index)
+
+
 def _load(text: bytes) -> dict[Any, Any]:
     if len(text) > MAX_SPEC_BYTES:
         raise invalid_workflow("The workflow spec file is too large.")
     try:
-        loaded = yaml.safe_load(text)
+        loaded = yaml.load(text, Loader=_SpecLoader)  # a safe loader, without aliases
     except yaml.YAMLError as exc:
         raise invalid_workflow(f"Failed to parse yaml: {_first_line(exc)}") from None
     if not isinstance(loaded, dict):
@@ -135,14 +145,20 @@ def _integer(value: Any, where: str) -> int:
     return value
 
 
-def _global_settings(models: dict[Any, Any]) -> tuple[Settings, dict[str, dict[Any, Any]]]:
+def _models_settings(models: dict[Any, Any]) -> tuple[Settings, dict[str, tuple[str, Settings]]]:
+    """The global settings as they stand after ``models``, and each model's url and settings: a model
+    takes the global settings listed before it (TorchServe reads the section in order), then its own."""
     values: dict[str, int] = {}
-    entries: dict[str, dict[Any, Any]] = {}
+    entries: dict[str, tuple[str, Settings]] = {}
     for key, value in models.items():
         if key in SETTINGS:
             values[SETTINGS[key]] = _integer(value, f"models.{key}")
         elif isinstance(value, dict):
-            entries[str(key)] = value
+            name = _node_name(key)
+            url = value.get("url")
+            if not isinstance(url, str) or not url:
+                raise invalid_workflow(f"Model {name} of the workflow spec has no `url`.")
+            entries[name] = (url, _member_settings(value, Settings(**values), name))
         else:
             raise invalid_workflow(
                 f"`models.{key}` must be a model (a mapping with `url`) or a known setting."
@@ -159,6 +175,8 @@ def _member_settings(entry: dict[Any, Any], defaults: Settings, model: str) -> S
 
 
 def _node_name(node: Any) -> str:
+    if isinstance(node, bool) or not isinstance(node, str | int):
+        raise invalid_workflow("Workflow node names must be text.")
     name = str(node).strip()
     if not names.is_valid(name):
         raise invalid_workflow(
@@ -173,7 +191,7 @@ def _children(node: Any, children: Any) -> list[str]:
         return []
     if not isinstance(children, list):
         raise invalid_workflow(f"`dag.{node}` must list the node's children.")
-    return [_node_name(child) for child in children if child is not None and str(child).strip()]
+    return [_node_name(child) for child in children if child is not None and child != ""]
 
 
 def _add(
@@ -182,15 +200,17 @@ def _add(
     workflow: str,
     node: str,
     defaults: Settings,
-    model_entries: dict[str, dict[Any, Any]],
+    model_settings: dict[str, tuple[str, Settings]],
 ) -> None:
     if node in members:
         return
     model = member_model(workflow, node)
     if not names.is_valid(model):
         raise invalid_workflow(f"Workflow member name {names.printable(model)!r} is too long.")
-    entry = model_entries.get(node)
-    if entry is None:
+    if node in model_settings:
+        url, settings = model_settings[node]
+        members[node] = Member(node, model, url, settings)
+    else:
         # A function of the handler file: TorchServe runs it with one worker, batch 1, no delay.
         settings = Settings(
             batch_size=1,
@@ -199,21 +219,17 @@ def _add(
             timeout_ms=defaults.timeout_ms,
         )
         members[node] = Member(node, model, "", settings)
-    else:
-        url = entry.get("url")
-        if not isinstance(url, str) or not url:
-            raise invalid_workflow(f"Model {node} of the workflow spec has no `url`.")
-        members[node] = Member(node, model, url, _member_settings(entry, defaults, node))
     edges[node] = []
 
 
 def _add_edge(edges: dict[str, list[str]], parent: str, child: str) -> None:
+    """TorchServe's ``Dag.addEdge``: its "loop" check finds an edge listed twice (a cycle is found
+    when the DAG is validated)."""
     if parent == child:
         raise invalid_dag("Self loop exception")
-    if parent in edges[child]:
+    if child in edges[parent]:
         raise invalid_dag("loop exception")
-    if child not in edges[parent]:
-        edges[parent].append(child)
+    edges[parent].append(child)
 
 
 def _validate(edges: dict[str, list[str]]) -> list[str]:

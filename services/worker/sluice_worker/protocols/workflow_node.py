@@ -1,8 +1,8 @@
 """Workflow node jobs (``WireProtocol.WORKFLOW_NODE``): ``Job.request`` is a NodeInput, whose
-parameters reach the handler as TorchServe's workflow executor hands them to a node: a parent's
-output as ``bytearray`` with no content type; a parameter with a content type (a root node called
-through KServe v2 or gRPC) is decoded as a TorchServe REST body would be. Results are sent raw, as the
-handler serialized them."""
+parameters reach the handler as TorchServe's workflow executor hands them to a node: a parent's output
+(or a gRPC / KServe v2 call's input, for a root) as ``bytearray`` with no content type. A parameter
+that names a content type is decoded as a TorchServe REST body would be (the wire allows it; the
+gateway sends none today). Results are sent raw, as the handler serialized them."""
 
 from google.protobuf.message import DecodeError
 from sluice.envelope import Job
