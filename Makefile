@@ -11,7 +11,8 @@ PYTEST := $(PY) -m pytest
 
 .PHONY: help install proto lint fmt test test-tiers test-unit test-integration test-e2e test-compat test-compose \
         test-compose-tier compose-images compose-up compose-down gpu-check run stop bench bench-quick \
-        bench-containers bench-sequences bench-autoscale bench-generate bench-failover bench-platform clean
+        bench-containers bench-sequences bench-autoscale bench-generate bench-failover bench-platform \
+        bench-workflows clean
 
 help:
 	@echo "make run           start redis, manager, gateway and the demo model (Ctrl-C stops)"
@@ -141,6 +142,12 @@ bench-failover: install
 # TLS and OpenTelemetry tracing (100% and 1% sampled) beside a plain stack, same rounds (bench/platform.py).
 bench-platform: install
 	$(PY) -m bench.platform $(ARGS)
+
+# A three-node workflow (pre -> cnn -> post): Sluice's /wfpredict and KServe v2 form, TorchServe 0.12's
+# /wfpredict on the same .war, and a client chaining the three calls itself (bench/workflows.py).
+# ARGS=--quick for a short run (~2 minutes).
+bench-workflows: install
+	$(PY) -m bench.workflows $(ARGS)
 
 # Worker containers against worker processes (bench/containers.py); needs a Docker engine and the images.
 bench-containers: compose-images
