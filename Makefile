@@ -143,6 +143,11 @@ bench-failover: install
 bench-platform: install
 	$(PY) -m bench.platform $(ARGS)
 
+# 1, 4 and 16 MiB inputs (TorchServe gRPC and KServe v2 raw tensors), Sluice beside TorchServe 0.12, same
+# rounds (bench/large_inputs.py). ARGS=--quick for a short run.
+bench-large: install
+	$(PY) -m bench.large_inputs $(ARGS)
+
 # A three-node workflow (pre -> cnn -> post): Sluice's /wfpredict and KServe v2 form, TorchServe 0.12's
 # /wfpredict on the same .war, and a client chaining the three calls itself (bench/workflows.py).
 # ARGS=--quick for a short run (~2 minutes).

@@ -5,6 +5,8 @@
   weights, TorchScript (traced).
 - ``stream``: the mlp file with a handler that streams ``stream_messages`` intermediate answers.
 - ``idle``: the mlp without worker settings, registered many times with no worker (cost of idle models).
+- ``big1``, ``big4``, ``big16``: 1, 4 and 16 MiB float32 inputs reduced to their mean (TorchScript), so
+  the time goes to carrying the input, not to the model (``make bench-large``).
 
 Every archive is written by torch-model-archiver 0.12 (its Python API, in process) with the one
 handler ``bench/handler/bench_handler.py``; the per-model settings live in the archive's
@@ -28,9 +30,20 @@ SHAPES: dict[str, tuple[int, ...]] = {
     "cnn": (3, 224, 224),
     "stream": (64,),
     "idle": (64,),
+    "big1": (256 * 1024,),
+    "big4": (1024 * 1024,),
+    "big16": (4 * 1024 * 1024,),
 }
 # The TorchScript file each kind is built from.
-WEIGHTS = {"mlp": "mlp", "cnn": "cnn", "stream": "mlp", "idle": "mlp"}
+WEIGHTS = {
+    "mlp": "mlp",
+    "cnn": "cnn",
+    "stream": "mlp",
+    "idle": "mlp",
+    "big1": "mean",
+    "big4": "mean",
+    "big16": "mean",
+}
 DEFAULT_JOB_QUEUE_SIZE = 1000
 
 
@@ -90,7 +103,7 @@ class Variant:
 
 
 def build_weights(kind: str, path: Path) -> Path:
-    """Write the TorchScript file of ``kind`` (``mlp`` or ``cnn``) to ``path`` unless it exists."""
+    """Write the TorchScript file of ``kind`` (``mlp``, ``cnn`` or ``mean``) to ``path`` unless it exists."""
     if path.exists():
         return path
     import warnings
@@ -104,6 +117,8 @@ def build_weights(kind: str, path: Path) -> Path:
             module = torch.jit.script(_mlp().eval())
         elif kind == "cnn":
             module = torch.jit.trace(_resnet18_shaped().eval(), torch.zeros(1, *SHAPES["cnn"]))  # type: ignore[no-untyped-call]
+        elif kind == "mean":
+            module = torch.jit.script(_mean().eval())
         else:
             raise ValueError(f"no weights for {kind!r}")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +126,17 @@ def build_weights(kind: str, path: Path) -> Path:
         torch.jit.save(module, str(temp))
         temp.replace(path)
     return path
+
+
+def _mean() -> Any:
+    import torch
+    import torch.nn as nn
+
+    class Mean(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.mean(dim=-1, keepdim=True)
+
+    return Mean()
 
 
 def _mlp() -> Any:

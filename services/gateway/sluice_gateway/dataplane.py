@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
-from sluice.envelope import Reply, WireProtocol, encode_job
+from sluice.envelope import Reply, WireProtocol, encode_job_with_request
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.registry import names
 from sluice.registry.records import VersionRecord
@@ -178,14 +178,14 @@ class DataPlane:
         structlog.contextvars.bind_contextvars(request_id=job_id, model=model, version=version)
         timeout_s = effective_timeout_s(call.timeout_s, self._default_timeout_s, record.response_timeout_s)
         now_ms = self._clock_ms()
-        encoded = encode_job(
+        encoded = encode_job_with_request(
             build_job(
                 job_id=job_id,
                 protocol=call.protocol,
                 model=model,
                 version=version,
                 reply_to=self._reply_to,
-                request=call.request,
+                request=b"",
                 now_ms=now_ms,
                 timeout_s=timeout_s,
                 streaming=streaming and not call.stream_in_batch,
@@ -194,7 +194,8 @@ class DataPlane:
                 headers=headers,
                 sequence=step,
                 trace=self._trace_context() if self._trace_context is not None else ("", ""),
-            )
+            ),
+            call.request,
         )
         waiter = (
             self._replies.expect_stream(job_id, self._stream_buffer_replies)

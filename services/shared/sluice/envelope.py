@@ -31,6 +31,30 @@ def encode_job(job: Job) -> bytes:
     return job.SerializeToString()
 
 
+# Job.request's tag: field 10, length-delimited (wire type 2).
+_REQUEST_TAG = bytes([Job.DESCRIPTOR.fields_by_name["request"].number << 3 | 2])
+
+
+def encode_job_with_request(job: Job, request: bytes) -> bytes:
+    """``job`` (its request empty) serialized with ``request`` as its request: the same message a
+    parser reads from :func:`encode_job`, but the request is copied once, into the result, instead of
+    into the message and then out of it (a payload of megabytes)."""
+    job.schema_version = SCHEMA_VERSION
+    head = job.SerializeToString()
+    if not request:  # as protobuf writes an empty field: not at all
+        return head
+    return b"".join((head, _REQUEST_TAG, _varint(len(request)), request))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def decode_job(raw: bytes) -> Job:
     job = Job()
     try:

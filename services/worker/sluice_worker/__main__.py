@@ -17,6 +17,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
+from sluice.large_buffers import keep_large_buffers
 from sluice.lifecycle.worker_standby import STANDBY_FLAG, AssignmentError, await_assignment
 from sluice.log import configure_logging
 from sluice.settings.common import describe_error
@@ -45,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"sluice_worker: {describe_error(exc)}", file=sys.stderr)
         sys.exit(2)
     configure_logging("worker", settings.log_format, settings.log_level)
+    keep_large_buffers()
     torch_thread = TorchThread()
     exit_code = _run(app.run(settings, torch_thread))
     if torch_thread.busy or exit_code is ExitCode.HANDLER_DIED:

@@ -25,6 +25,18 @@ async def test_binary_values_round_trip(pipelined_redis: PipelinedRedis) -> None
     assert await pipelined_redis.execute("GET", "missing") is None
 
 
+async def test_large_values_among_small_commands_keep_their_order(pipelined_redis: PipelinedRedis) -> None:
+    # Values of 64 KiB and more are written as buffers of their own, beside the joined small commands.
+    values = [bytes([n]) * (64 * 1024 + n * 1000) for n in range(4)]
+    sent = []
+    for n, value in enumerate(values):
+        sent += [pipelined_redis.send("INCR", "n"), pipelined_redis.send("SET", f"v{n}", value, "EX", 60)]
+    await asyncio.gather(*sent)
+    got = await asyncio.gather(*(pipelined_redis.send("GET", f"v{n}") for n in range(4)))
+    assert got == values
+    assert await pipelined_redis.execute("GET", "n") == b"4"
+
+
 async def test_an_error_reply_fails_its_command_only(pipelined_redis: PipelinedRedis) -> None:
     await pipelined_redis.execute("SET", "text", "x")
     failing = pipelined_redis.send("INCR", "text")

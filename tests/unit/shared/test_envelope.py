@@ -42,3 +42,15 @@ def test_pickle_bytes_are_not_a_job() -> None:
     pickled = b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00\x8c\x01x\x94."
     with pytest.raises(EnvelopeError):
         envelope.decode_job(pickled)
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 70_000, 3_000_000])
+def test_a_request_appended_to_the_job_reads_as_the_jobs_request(size: int) -> None:
+    request = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    job = Job(job_id="j", model_name="m", model_version="1", headers={"a": "b"})
+    encoded = envelope.encode_job_with_request(job, request)
+    decoded = envelope.decode_job(encoded)
+    assert (decoded.request, decoded.job_id, dict(decoded.headers)) == (request, "j", {"a": "b"})
+    assert encoded == envelope.encode_job(
+        Job(job_id="j", model_name="m", model_version="1", headers={"a": "b"}, request=request)
+    )

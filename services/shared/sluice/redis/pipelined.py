@@ -50,10 +50,55 @@ class _BadReply(Exception):
     """What hiredis raises on bytes that are not RESP."""
 
 
+# An argument this large is written as its own buffer, not copied into the command's (a request
+# payload of megabytes would otherwise be copied twice more: into the packed command, then into the
+# joined write).
+LARGE_ARG_BYTES = 64 * 1024
+
+
 def pack(command: tuple[Arg, ...]) -> bytes:
     """One command in RESP. (hiredis's stub types the tuple as one element long.)"""
     packed: bytes = hiredis.pack_command(cast(Any, command))
     return packed
+
+
+def _large(arg: Arg) -> bool:
+    return isinstance(arg, bytes) and len(arg) >= LARGE_ARG_BYTES
+
+
+def pack_parts(command: tuple[Arg, ...]) -> list[bytes]:
+    """``command`` in RESP as buffers to write in order: its large bytes arguments as they are, the
+    RESP around them packed by hiredis (each small argument packed alone, its array header dropped)."""
+    parts: list[bytes] = []
+    head = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        if _large(arg):
+            assert isinstance(arg, bytes)
+            head.append(b"$%d\r\n" % len(arg))
+            parts += [b"".join(head), arg]
+            head = [b"\r\n"]
+        else:
+            # hiredis packs ("x",) as *1\r\n$1\r\nx\r\n: the bulk string is what follows "*1\r\n".
+            head.append(pack((arg,))[4:])
+    parts.append(b"".join(head))
+    return parts
+
+
+def _coalesced(buffers: list[bytes]) -> list[bytes]:
+    """``buffers`` with each run of small ones joined: one write buffer per run, large ones as they are."""
+    out: list[bytes] = []
+    run: list[bytes] = []
+    for buffer in buffers:
+        if len(buffer) >= LARGE_ARG_BYTES:
+            if run:
+                out.append(b"".join(run))
+                run = []
+            out.append(buffer)
+        else:
+            run.append(buffer)
+    if run:
+        out.append(b"".join(run))
+    return out
 
 
 def _classify(error: ReplyError) -> Exception:
@@ -172,6 +217,8 @@ class PipelinedRedis:
         self._reader = hiredis.Reader(protocolError=_BadReply, replyError=ReplyError)
         self._pending: deque[_Pending] = deque()
         self._out: list[bytes] = []
+        # Whether _out holds a large argument (written as its own buffer).
+        self._large_out = False
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
@@ -192,7 +239,11 @@ class PipelinedRedis:
             return future
         deadline = loop.time() + (self._timeout_s if timeout_s is None else timeout_s)
         self._pending.append(_Pending(future, deadline))
-        self._out.append(pack(args))
+        if any(_large(arg) for arg in args):
+            self._out += pack_parts(args)
+            self._large_out = True
+        else:
+            self._out.append(pack(args))
         if self._transport is None:
             if self._connecting is None:
                 self._connecting = loop.create_task(self._connect(), name=f"{self._name}-connect")
@@ -259,6 +310,11 @@ class PipelinedRedis:
         self._flush_scheduled = False
         if self._transport is None or not self._out:
             return
+        if self._large_out:
+            self._large_out = False
+            self._transport.writelines(_coalesced(self._out))
+            self._out.clear()
+            return
         data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
         self._out.clear()
         self._transport.write(data)
@@ -323,6 +379,7 @@ class PipelinedRedis:
 
     def _fail_all(self, error: Exception) -> None:
         self._out.clear()
+        self._large_out = False
         pending, self._pending = self._pending, deque()
         for item in pending:
             if not item.future.done():
