@@ -12,7 +12,7 @@ PYTEST := $(PY) -m pytest
 .PHONY: help install proto lint fmt test test-tiers test-unit test-integration test-e2e test-compat test-compose \
         test-compose-tier compose-images compose-up compose-down gpu-check run stop bench bench-quick \
         bench-containers bench-sequences bench-autoscale bench-generate bench-failover bench-platform \
-        bench-workflows clean
+        bench-workflows bench-large clean
 
 help:
 	@echo "make run           start redis, manager, gateway and the demo model (Ctrl-C stops)"
