@@ -1,6 +1,7 @@
 """Typed encode/decode of what travels on Redis streams: :class:`Job` entries and :class:`Reply`
 entries, protobuf with a schema version, never pickle. A reader rejects versions it does not know."""
 
+from sluice import wire
 from sluice.v1.job_pb2 import Job, Reply, WireProtocol
 
 SCHEMA_VERSION = 1
@@ -44,6 +45,42 @@ def encode_job_with_request(job: Job, request: bytes) -> bytes:
     if not request:  # as protobuf writes an empty field: not at all
         return head
     return b"".join((head, _REQUEST_TAG, _varint(len(request)), request))
+
+
+# Jobs at least this large are split (decode_job_split): their request is not copied through the
+# parsed message.
+LARGE_JOB_BYTES = 64 * 1024
+_REQUEST_FIELD = Job.DESCRIPTOR.fields_by_name["request"].number
+_PROTOCOL_FIELD = Job.DESCRIPTOR.fields_by_name["protocol"].number
+
+
+def decode_job_split(raw: bytes) -> tuple[Job, bytes | memoryview]:
+    """The job in ``raw`` and its request. A large job's request is a view into ``raw`` (its ``Job``
+    has an empty request): parsing it into the message and reading it back out would copy it twice.
+    KServe v2 jobs stay whole: their replies are built from their request."""
+    if len(raw) < LARGE_JOB_BYTES:
+        job = decode_job(raw)
+        return job, job.request
+    view = memoryview(raw)
+    kept: list[memoryview] = []
+    request: bytes | memoryview = b""
+    protocol = 0
+    try:
+        for number, wire_type, value, start, end in wire.fields(view):
+            if number == _REQUEST_FIELD and wire_type == wire.LENGTH_DELIMITED:
+                assert isinstance(value, memoryview)
+                request = value  # the last occurrence wins, as protobuf parses it
+                continue
+            if number == _PROTOCOL_FIELD and isinstance(value, int):
+                protocol = value
+            kept.append(view[start:end])
+    except wire.WireError as exc:
+        raise EnvelopeError("job entry is not a valid protobuf Job") from exc
+    if protocol == WireProtocol.KSERVE:
+        # Its replies are built from the request again (the outputs it asked for): keep it whole.
+        job = decode_job(raw)
+        return job, job.request
+    return decode_job(b"".join(kept)), request
 
 
 def _varint(value: int) -> bytes:

@@ -26,6 +26,14 @@ class Delivery:
     # Delivery count of the entry (1 = first delivery); replies carry it as Reply.attempt.
     attempt: int = 1
     sequence: SequenceTurn | None = None
+    # A large job's request, a view into the stream entry (its Job's request is then empty: see
+    # sluice.envelope.decode_job_split); None: the request is the Job's.
+    request: bytes | memoryview | None = None
+
+    @property
+    def payload(self) -> bytes | memoryview:
+        """The client's request, as the job's wire protocol encodes it."""
+        return self.job.request if self.request is None else self.request
 
     @property
     def job_id(self) -> str:

@@ -89,7 +89,7 @@ class JobLoop:
 
     def _handler_request(self, delivery: Delivery) -> TsRequest | SluiceError:
         try:
-            return self._protocols.handler_request(delivery.job)
+            return self._protocols.handler_request(delivery.job, delivery.payload)
         except SluiceError as error:
             return error
 

@@ -4,7 +4,7 @@ import pytest
 from sluice.envelope import Job, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
-from sluice_worker.protocols import Protocols
+from sluice_worker.protocols import Protocols, torchserve_grpc
 from ts.service import Service
 
 PROTOCOLS = Protocols()
@@ -81,3 +81,20 @@ def test_torchserve_rest_rows_and_payloads() -> None:
     raw = Protocols(decode_input_request=False).handler_request(job)["parameters"][0]["value"]
     assert raw == bytearray(b'{"a": 1}')
     assert PROTOCOLS.reply_payload(job, b"body bytes") == b"body bytes"
+
+
+def test_grpc_inputs_are_read_off_the_wire_as_protobuf_parses_them() -> None:
+    # A map entry repeated: the later one wins; the values are the exact bytes sent.
+    first = PredictionsRequest(input={"a": b"old"}).SerializeToString()
+    second = PredictionsRequest(
+        model_name="m", input={"a": b"new", "b": b"\x00\xff" * 40_000}
+    ).SerializeToString()
+    found = torchserve_grpc.inputs(first + second)
+    assert {key: bytes(value) for key, value in found.items()} == {"a": b"new", "b": b"\x00\xff" * 40_000}
+
+
+@pytest.mark.parametrize("raw", [b"\x1a\x05\x0a\x01a", b"\x1a\x04\x0a\x02\xff\xfe"])
+def test_a_broken_predictions_request_is_invalid_argument(raw: bytes) -> None:
+    with pytest.raises(SluiceError) as refused:
+        torchserve_grpc.inputs(raw)
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT

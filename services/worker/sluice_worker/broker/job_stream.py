@@ -161,12 +161,12 @@ def decode_entries(
     for entry_id, fields in entries:
         count = deliveries.get(entry_id, 1)
         try:
-            job = envelope.decode_job((fields or {}).get(envelope.FIELD, b""))
+            job, request = envelope.decode_job_split((fields or {}).get(envelope.FIELD, b""))
         except envelope.EnvelopeError as exc:
             log.error("dropping undecodable job entry", entry_id=entry_id.decode(), error=str(exc))
             poison.append(DeadLetter(entry_id, fields or {}, "undecodable", count))
             continue
-        accepted.append(Delivery(receipt=entry_id, job=job, attempt=count))
+        accepted.append(Delivery(receipt=entry_id, job=job, attempt=count, request=request))
     return accepted, poison
 
 

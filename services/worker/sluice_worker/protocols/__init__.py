@@ -42,9 +42,10 @@ class Protocols:
             raise SluiceError(ErrorCode.INTERNAL, f"This worker does not serve {_name(job.protocol)} jobs.")
         return adapter
 
-    def handler_request(self, job: Job) -> TsRequest:
-        """The TorchServe request for ``job`` (request id = job id), or the error it deserves."""
-        parameters, extra_headers = self._adapter(job).row(job)
+    def handler_request(self, job: Job, request: bytes | memoryview | None = None) -> TsRequest:
+        """The TorchServe request for ``job`` (request id = job id), or the error it deserves.
+        ``request``: the job's request when it is not the Job's own (a large job's, split off)."""
+        parameters, extra_headers = self._adapter(job).row(job, job.request if request is None else request)
         headers = {**extra_headers, **job.headers}
         return {
             "requestId": job.job_id.encode("utf-8"),

@@ -32,9 +32,9 @@ class WireAdapter(Protocol):
     """How the jobs of one wire protocol (``Job.protocol``) become handler rows, and how a row's
     result becomes what the gateway sends that job's client."""
 
-    def row(self, job: Job) -> tuple[list[TsParameter], dict[str, str]]:
-        """The job's parameters, and the extra per-row headers beside ``Job.headers``; raises
-        SluiceError for a request the client got wrong."""
+    def row(self, job: Job, request: bytes | memoryview) -> tuple[list[TsParameter], dict[str, str]]:
+        """The parameters of ``job``, whose client request is ``request``, and the extra per-row
+        headers beside ``Job.headers``; raises SluiceError for a request the client got wrong."""
         ...
 
     def payload(self, job: Job, body: bytes) -> bytes:

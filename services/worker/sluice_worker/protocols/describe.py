@@ -10,7 +10,7 @@ DESCRIBE_HEADERS = {"describe": "True"}
 
 
 class Describe:
-    def row(self, job: Job) -> tuple[list[TsParameter], dict[str, str]]:
+    def row(self, job: Job, request: bytes | memoryview) -> tuple[list[TsParameter], dict[str, str]]:
         return [], dict(DESCRIBE_HEADERS)
 
     def payload(self, job: Job, body: bytes) -> bytes:

@@ -42,9 +42,9 @@ PARAMETERS_HEADER = "sluice_v2_parameters"
 BINARY_DATA_OUTPUT = "binary_data_output"
 
 
-def parse_request(job: Job) -> pb.ModelInferRequest:
+def parse_request(request: bytes | memoryview) -> pb.ModelInferRequest:
     try:
-        return pb.ModelInferRequest.FromString(job.request)
+        return pb.ModelInferRequest.FromString(bytes(request))
     except DecodeError as exc:
         raise SluiceError(ErrorCode.INVALID_ARGUMENT, "Invalid ModelInferRequest.") from exc
 
@@ -60,11 +60,11 @@ class KServe:
         self._tensors = tensors
 
     # Rows -----------------------------------------------------------------------------------------
-    def row(self, job: Job) -> tuple[list[TsParameter], dict[str, str]]:
+    def row(self, job: Job, request: bytes | memoryview) -> tuple[list[TsParameter], dict[str, str]]:
         """The job's row as TorchServe request parameters (name, contentType, value), and its extra
         per-row headers."""
-        request = parse_request(job)
-        return self._parameters(job, request), self._headers(request)
+        parsed = parse_request(request)
+        return self._parameters(job, parsed), self._headers(parsed)
 
     def _parameters(self, job: Job, request: pb.ModelInferRequest) -> list[TsParameter]:
         try:
@@ -104,7 +104,7 @@ class KServe:
     # Replies --------------------------------------------------------------------------------------
     def payload(self, job: Job, body: bytes) -> bytes:
         """The serialized ModelInferResponse for one result body of ``job``."""
-        request = parse_request(job)
+        request = parse_request(job.request)
         try:
             tensors = self._declared_types(self._result_tensors(body))
             selected = self._requested(tensors, request, job.model_name)

@@ -132,8 +132,8 @@ class TorchServeRest:
     def __init__(self, *, decode: bool) -> None:
         self._decode = decode
 
-    def row(self, job: Job) -> tuple[list[TsParameter], dict[str, str]]:
-        return list(rest_parameters(job, decode=self._decode)), {}
+    def row(self, job: Job, request: bytes | memoryview) -> tuple[list[TsParameter], dict[str, str]]:
+        return list(rest_parameters(job, bytes(request), decode=self._decode)), {}
 
     def payload(self, job: Job, body: bytes) -> bytes:
         return body
@@ -142,10 +142,11 @@ class TorchServeRest:
         return b"".join(bodies)
 
 
-def rest_parameters(job: Job, *, decode: bool = True) -> list[TsParameter]:
-    """The handler inputs of a TorchServe REST job, in TorchServe's decoded form."""
+def rest_parameters(job: Job, body: bytes | None = None, *, decode: bool = True) -> list[TsParameter]:
+    """The handler inputs of a TorchServe REST job (its body: ``body``, else the job's request), in
+    TorchServe's decoded form."""
     content_type = header(job.headers, "content-type")
     return [
         {"name": name, "contentType": ctype, "value": decode_value(ctype, value, decode=decode)}
-        for name, ctype, value in _parameters(job.request, content_type)
+        for name, ctype, value in _parameters(job.request if body is None else body, content_type)
     ]

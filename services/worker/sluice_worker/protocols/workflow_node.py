@@ -17,10 +17,10 @@ class WorkflowNode:
     def __init__(self, *, decode: bool) -> None:
         self._decode = decode
 
-    def row(self, job: Job) -> tuple[list[TsParameter], dict[str, str]]:
+    def row(self, job: Job, request: bytes | memoryview) -> tuple[list[TsParameter], dict[str, str]]:
         node_input = NodeInput()
         try:
-            node_input.ParseFromString(job.request)
+            node_input.ParseFromString(bytes(request))
         except DecodeError as exc:
             raise SluiceError(ErrorCode.INVALID_ARGUMENT, "Invalid workflow node input.") from exc
         parameters: list[TsParameter] = [
