@@ -53,7 +53,7 @@ SERVER_PROPERTIES = {"max_request_size": MAX_REQUEST_BYTES, "max_response_size":
 class Sizes:
     window_s: float = 10.0
     warmup_s: float = 2.0
-    rounds: int = 4
+    rounds: int = 2
 
 
 QUICK = Sizes(window_s=3.0, warmup_s=1.0, rounds=1)
