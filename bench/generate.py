@@ -273,24 +273,6 @@ def build_store(sizes: Sizes, store: Path) -> None:
     build_archive(store, PLAIN_MODEL, max_new_tokens=sizes.max_new_tokens, force=True)
 
 
-def sluice_torch_threads(server: SluiceServer) -> dict[str, int]:
-    """Model -> the torch threads the manager gave its running worker (its launch records)."""
-    import redis
-    from sluice.redis import keys
-
-    client = redis.Redis.from_url(server.redis_url, socket_timeout=5.0)
-    try:
-        records = client.hgetall(keys.LAUNCHED_WORKERS)
-    finally:
-        client.close()
-    threads = {}
-    for raw in records.values():
-        record = json.loads(raw)
-        if not record.get("stop_requested_unix_ms"):
-            threads[str(record["model_name"])] = int(record["placement"]["torch_threads"])
-    return threads
-
-
 def scale_sluice(server: SluiceServer, model: str, workers: int) -> None:
     """Management API: ``PUT /models/<model>?min_worker=N&max_worker=N&synchronous=true``."""
     url = (
@@ -305,13 +287,13 @@ def even_sluice_threads(server: SluiceServer, threads: int) -> dict[str, int]:
     """Sluice gives a new worker ``cores // workers planned`` torch threads; the first model's worker
     is placed before the second model is registered, so it gets all the cores. Its worker is
     restarted (scaled to 0, then 1) once both are planned. Returns the threads after."""
-    found = sluice_torch_threads(server)
+    found = server.torch_threads()
     for model, count in found.items():
         if count != threads:
             log(f"sluice gave {model} {count} torch threads: restarting its worker")
             scale_sluice(server, model, 0)
             scale_sluice(server, model, 1)
-    return sluice_torch_threads(server)
+    return server.torch_threads()
 
 
 def torchserve_threads(server: TorchServeServer) -> dict[str, str]:

@@ -133,7 +133,7 @@ class Stacks:
         self.facts["sluice"] = {
             "start_s": timing.to_ready_s,
             "with_workflow_s": time.perf_counter() - started,
-            "torch_threads": self.sluice_threads(),
+            "torch_threads": self.sluice.torch_threads(),
         }
         if self.torchserve is not None:
             self.torchserve.workdir.mkdir(parents=True, exist_ok=True)
@@ -163,23 +163,6 @@ class Stacks:
         if self.torchserve is None:
             raise RuntimeError("TorchServe is not running")
         return self.torchserve.ports.rest_url
-
-    def sluice_threads(self) -> dict[str, int]:
-        """Model -> torch threads of its running worker (the manager's launch records)."""
-        import redis
-        from sluice.redis import keys
-
-        client = redis.Redis.from_url(self.sluice.redis_url, socket_timeout=5.0)
-        try:
-            records = client.hgetall(keys.LAUNCHED_WORKERS)
-        finally:
-            client.close()
-        threads = {}
-        for raw in records.values():
-            record = json.loads(raw)
-            if not record.get("stop_requested_unix_ms"):
-                threads[str(record["model_name"])] = int(record["placement"]["torch_threads"])
-        return threads
 
     def torchserve_threads(self) -> dict[int, str]:
         out = {}

@@ -45,6 +45,23 @@ class SluiceServer:
         """The private Redis as the services reach it (the pid file's URL carries its password)."""
         return str(self._pid_file()["redis_url"])
 
+    def torch_threads(self) -> dict[str, int]:
+        """Model -> the torch threads the manager gave its running worker (its launch records)."""
+        import redis
+        from sluice.redis import keys
+
+        client = redis.Redis.from_url(self.redis_url, socket_timeout=5.0)
+        try:
+            records = client.hgetall(keys.LAUNCHED_WORKERS)
+        finally:
+            client.close()
+        threads = {}
+        for raw in records.values():
+            record = json.loads(raw)
+            if not record.get("stop_requested_unix_ms"):
+                threads[str(record["model_name"])] = int(record["placement"]["torch_threads"])
+        return threads
+
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["SLUICE_HOME"] = str(self.home)

@@ -13,21 +13,17 @@ client needs it for the sequence's next request (TorchServe sends it only if the
 from contextlib import aclosing
 
 from aiohttp import web
-from sluice.errors import SluiceError
-from sluice.log import get_logger
 from sluice.registry import names
-from sluice.transport.http_errors import StreamBroken
 from sluice.transport.torchserve_http import REQUEST_ID, json_response
 
 from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.health import ModelHealth
 from sluice_gateway.inflight import StreamJob
 from sluice_gateway.registry_cache import VersionResolver
+from sluice_gateway.rest_api.streaming import relay
 from sluice_gateway.sequences import SequenceHeaders
 from sluice_gateway.torchserve.openapi import api_description
 from sluice_gateway.torchserve.rest_codec import full_response, stream_response, to_call
-
-log = get_logger(__name__)
 
 
 class TorchServeRoutes:
@@ -113,17 +109,9 @@ async def _answer(request: web.Request, job: StreamJob, sequence_header: str) ->
         first = await anext(replies)
         if first.final:
             return _name_sequence(full_response(first), job, sequence_header)
-        response = _name_sequence(stream_response(first), job, sequence_header)
-        await response.prepare(request)
-        await response.write(first.payload)
-        try:
-            async for reply in replies:
-                await response.write(reply.payload)
-        except SluiceError as error:
-            log.warning("stream failed after it started", error=error.message, code=error.code.value)
-            raise StreamBroken(error.message) from error
-        await response.write_eof()
-        return response
+        return await relay(
+            request, _name_sequence(stream_response(first), job, sequence_header), first, replies
+        )
 
 
 def _name_sequence(response: web.StreamResponse, job: StreamJob, header: str) -> web.StreamResponse:

@@ -9,15 +9,11 @@ from contextlib import aclosing
 
 from aiohttp import hdrs, web
 from sluice.envelope import WireProtocol
-from sluice.errors import SluiceError
-from sluice.log import get_logger
-from sluice.transport.http_errors import StreamBroken
 
+from sluice_gateway.rest_api.streaming import relay
 from sluice_gateway.torchserve.rest_codec import request_headers
 from sluice_gateway.workflows.executor import NodeRequest, WorkflowCall
 from sluice_gateway.workflows.service import Workflows
-
-log = get_logger(__name__)
 
 JSON = "application/json"
 
@@ -45,18 +41,7 @@ class WorkflowRoutes:
             response = web.StreamResponse(status=200)
             response.content_type = JSON
             response.enable_chunked_encoding()
-            await response.prepare(request)
-            await response.write(first.payload)
-            try:
-                async for reply in replies:
-                    await response.write(reply.payload)
-            except SluiceError as error:
-                log.warning(
-                    "workflow stream failed after it started", error=error.message, code=error.code.value
-                )
-                raise StreamBroken(error.message) from error
-            await response.write_eof()
-            return response
+            return await relay(request, response, first, replies)
 
 
 def _whole(body: bytes) -> web.Response:
