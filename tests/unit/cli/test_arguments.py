@@ -69,9 +69,15 @@ def test_long_spellings_of_short_flags() -> None:
     assert not args.foreground
 
 
+def test_the_workflow_store_flag_is_taken_not_ignored() -> None:
+    args = build_parser().parse_args(["start", "--workflow-store", "wf"])
+    assert args.workflow_store == Path("wf")
+
+
 def test_service_env_carries_the_flags(tmp_path: Path) -> None:
     options = StartOptions(
         model_store=tmp_path / "store",
+        workflow_store=tmp_path / "workflows",
         models="demo=demo.mar",
         ts_config=tmp_path / "config.properties",
         disable_token_auth=True,
@@ -82,6 +88,7 @@ def test_service_env_carries_the_flags(tmp_path: Path) -> None:
     assert env["SLUICE_HOME"] == str(tmp_path / "var")
     assert env["SLUICE_REDIS_URL"] == "redis://127.0.0.1:6399/0"
     assert env["SLUICE_MODEL_STORE"] == str(tmp_path / "store")
+    assert env["SLUICE_WORKFLOW_STORE"] == str(tmp_path / "workflows")
     assert env["SLUICE_LOAD_MODELS"] == "demo=demo.mar"
     assert env["SLUICE_TS_CONFIG"] == str(tmp_path / "config.properties")
     assert env["SLUICE_DISABLE_TOKEN_AUTHORIZATION"] == "true"
