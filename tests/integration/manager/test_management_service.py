@@ -28,7 +28,8 @@ from sluice.v1 import sluice_management_pb2 as smpb
 from sluice.v1 import sluice_management_pb2_grpc as smpb_grpc
 from sluice_manager.api.describe_job import DescribeJobs
 from sluice_manager.api.grpc_api.server import ManagementGrpcServer
-from sluice_manager.api.management import ManagementConfig, ManagementService, RegisterRequest, ScaleRequest
+from sluice_manager.api.management import ManagementConfig, ManagementService
+from sluice_manager.api.management_calls import RegisterRequest, ScaleRequest
 from sluice_manager.api.rest_api.server import create_app
 from sluice_manager.models.archives import ExtractionLimits
 from sluice_manager.models.fetch import settings_download

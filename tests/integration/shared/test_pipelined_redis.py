@@ -26,11 +26,15 @@ async def test_binary_values_round_trip(pipelined_redis: PipelinedRedis) -> None
 
 
 async def test_large_values_among_small_commands_keep_their_order(pipelined_redis: PipelinedRedis) -> None:
-    # Values of 64 KiB and more are written as buffers of their own, beside the joined small commands.
+    # Values of 64 KiB and more in a payload command are written as buffers of their own, beside the
+    # joined small commands; other commands are packed whole. Both kinds are mixed here.
     values = [bytes([n]) * (64 * 1024 + n * 1000) for n in range(4)]
     sent = []
     for n, value in enumerate(values):
-        sent += [pipelined_redis.send("INCR", "n"), pipelined_redis.send("SET", f"v{n}", value, "EX", 60)]
+        sent += [
+            pipelined_redis.send("INCR", "n"),
+            pipelined_redis.send("SET", f"v{n}", value, "EX", 60, payload=n % 2 == 0),
+        ]
     await asyncio.gather(*sent)
     got = await asyncio.gather(*(pipelined_redis.send("GET", f"v{n}") for n in range(4)))
     assert got == values

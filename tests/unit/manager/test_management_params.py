@@ -4,7 +4,7 @@ import pytest
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1 import torchserve_management_pb2 as pb
 from sluice_manager.api.grpc_api.management import register_request, scale_request
-from sluice_manager.api.management import RegisterRequest, ScaleRequest, check_runtime, scaled_message
+from sluice_manager.api.management_calls import RegisterRequest, ScaleRequest, check_runtime, scaled_message
 from sluice_manager.api.rest_api import params
 
 

@@ -1,7 +1,7 @@
 """A command with a large argument is packed as buffers whose concatenation is hiredis's packing."""
 
 import pytest
-from sluice.redis.pipelined import LARGE_ARG_BYTES, pack, pack_parts
+from sluice.redis.resp import LARGE_ARG_BYTES, pack, pack_parts
 
 LARGE = b"\x00\xff" * LARGE_ARG_BYTES
 

@@ -26,7 +26,8 @@ from sluice.admission import Outcome
 from sluice.log import get_logger
 from sluice.redis import keys
 from sluice.redis.errors import RedisError, ReplyError
-from sluice.redis.pipelined import Arg, PipelinedRedis
+from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.resp import Arg
 from sluice.registry.records import VersionRecord
 
 from sluice_gateway.broker.replica_wait import ReplicaBarrier, ReplicaWait
@@ -110,7 +111,7 @@ class RedisJobAdmission:
         ]  # fmt: skip
         try:
             outcome = await self._redis.evalsha(
-                _SEQUENCE_SCRIPT_SHA, _SEQUENCE_SCRIPT, script_keys, arguments
+                _SEQUENCE_SCRIPT_SHA, _SEQUENCE_SCRIPT, script_keys, arguments, payload=True
             )
         except ReplyError as exc:
             if str(exc).startswith("OOM"):
@@ -131,7 +132,7 @@ class RedisJobAdmission:
         send = self._redis.send
         replies = await asyncio.gather(
             send("MULTI"),
-            send("XADD", script_keys[2], "*", "m", job),
+            send("XADD", script_keys[2], "*", "m", job, payload=True),
             send("EVAL", admission.ADMIT_ADDED_SCRIPT, len(script_keys), *script_keys, keys.EVENTS_CHANNEL),
             send("EXEC"),
             return_exceptions=True,

@@ -12,7 +12,6 @@ sees TorchServe's sequence headers instead of them).
 import dataclasses
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -125,41 +124,6 @@ class KServeStream:
 
     def close(self) -> None:
         self._job.close()
-
-
-class WorkflowStream:
-    """One request of a streaming rpc for a workflow: a single leaf's chunks as they come, each as a
-    ModelInferResponse, or the leaves' whole answer in one."""
-
-    def __init__(
-        self, workflows: Workflows, call: WorkflowCall, request: KServeRequest, options: RequestOptions
-    ) -> None:
-        self._workflows = workflows
-        self._call = call
-        self.request = request
-        self.options = options
-        self.decoupled = len(call.workflow.leaves) == 1
-
-    async def replies(self) -> AsyncGenerator[Reply, None]:
-        workflow = self._call.workflow
-        chunks = self._workflows.chunks(self._call)
-        async with aclosing(chunks):
-            previous: bytes | None = None
-            async for chunk in chunks:
-                if previous is not None:
-                    yield self._reply(workflow, previous, final=False)
-                previous = chunk
-            yield self._reply(workflow, previous or b"", final=True)
-
-    def _reply(self, workflow: WorkflowRecord, chunk: bytes, *, final: bool) -> Reply:
-        payload = workflow_kserve.response(
-            workflow, self.request.request_id, chunk, typed=self.options.typed_outputs
-        )
-        return Reply(final=final, payload=payload, status_code=200)
-
-    def close(self) -> None:
-        """Nothing to release here: the workflow's jobs are cancelled when :meth:`replies` is closed
-        (its readers close it), and none exists before it starts."""
 
 
 @dataclass(slots=True)
@@ -301,7 +265,7 @@ class KServeService:
         except SluiceError as error:
             workflow = await self._workflows.instead_of_model(error, request.model)
             call = self._workflow_call(workflow, raw, _earliest(timeout_s, options.timeout_s))
-            return WorkflowStream(self._workflows, call, request, options)
+            return workflow_kserve.WorkflowStream(self._workflows, call, request, options)
         admission = self._admission(request, raw, options, timeout_s, stream_in_batch=not decoupled)
         job = await self._plane.submit_stream(admission.call)
         return KServeStream(self, job, request, options, decoupled=decoupled, batch_size=admission.batch_size)

@@ -5,8 +5,11 @@ platform ``ensemble``, one version ``1`` (a request's version is not looked at, 
 its pipelines), and a step per node naming its member model."""
 
 import struct
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 from google.protobuf.message import DecodeError
+from sluice.envelope import Reply
 from sluice.errors import ErrorCode, SluiceError
 from sluice.registry.workflows import WorkflowRecord
 from sluice.v1 import kserve_pb2 as pb
@@ -18,6 +21,9 @@ from sluice_gateway.kserve.metadata import (
     ModelMetadata,
     TensorMetadata,
 )
+from sluice_gateway.kserve.request import KServeRequest, RequestOptions
+from sluice_gateway.workflows.executor import WorkflowCall
+from sluice_gateway.workflows.service import Workflows
 
 INPUT = "INPUT0"
 OUTPUT = "OUTPUT0"
@@ -140,3 +146,36 @@ def _invalid(workflow: WorkflowRecord) -> SluiceError:
         f"Workflow '{workflow.name}' takes one BYTES input ({INPUT}) holding one element: the request "
         "its first node gets",
     )
+
+
+class WorkflowStream:
+    """One request of a streaming rpc for a workflow: a single leaf's chunks as they come, each as a
+    ModelInferResponse, or the leaves' whole answer in one."""
+
+    def __init__(
+        self, workflows: Workflows, call: WorkflowCall, request: KServeRequest, options: RequestOptions
+    ) -> None:
+        self._workflows = workflows
+        self._call = call
+        self.request = request
+        self.options = options
+        self.decoupled = len(call.workflow.leaves) == 1
+
+    async def replies(self) -> AsyncGenerator[Reply, None]:
+        workflow = self._call.workflow
+        chunks = self._workflows.chunks(self._call)
+        async with aclosing(chunks):
+            previous: bytes | None = None
+            async for chunk in chunks:
+                if previous is not None:
+                    yield self._reply(workflow, previous, final=False)
+                previous = chunk
+            yield self._reply(workflow, previous or b"", final=True)
+
+    def _reply(self, workflow: WorkflowRecord, chunk: bytes, *, final: bool) -> Reply:
+        payload = response(workflow, self.request.request_id, chunk, typed=self.options.typed_outputs)
+        return Reply(final=final, payload=payload, status_code=200)
+
+    def close(self) -> None:
+        """Nothing to release here: the workflow's jobs are cancelled when :meth:`replies` is closed
+        (its readers close it), and none exists before it starts."""

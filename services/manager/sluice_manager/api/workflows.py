@@ -21,7 +21,8 @@ from sluice.log import get_logger
 from sluice.registry import names
 from sluice.registry.workflows import WorkflowRecord
 
-from sluice_manager.api.management import ManagementService, RegisterRequest
+from sluice_manager.api.management import ManagementService
+from sluice_manager.api.management_calls import RegisterRequest
 from sluice_manager.api.model_api import require_model_api
 from sluice_manager.api.model_views import Json, page
 from sluice_manager.models import archives

@@ -19,7 +19,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from sluice.redis.errors import RedisDown, ReplyError
-from sluice.redis.pipelined import Arg, PipelinedRedis
+from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.resp import Arg
 
 COMMAND_TIMEOUT_S = 5.0
 

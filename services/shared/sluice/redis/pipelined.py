@@ -9,7 +9,10 @@ worker's and the manager's off-hot-path work (management, heartbeats, claim scan
 
 Contract:
 - :meth:`send` queues a command and returns a future for its reply; the bytes go out at the end of the
-  current loop turn together with the other commands queued in it. Replies come back in order.
+  current loop turn together with the other commands queued in it. Replies come back in order. A
+  command that carries a payload (a job, a reply) says so with ``payload=True``: its arguments of
+  ``LARGE_ARG_BYTES`` or more (:mod:`sluice.redis.resp`) are then written as buffers of their own;
+  other commands skip the check.
 - Redis error replies resolve the future with :class:`sluice.redis.errors.ReplyError`.
 - The connection opens on first use and again after it was lost; a loss (or a reply overdue past its
   timeout) fails every command in flight with :class:`sluice.redis.errors.RedisDown`. Nothing is
@@ -28,13 +31,14 @@ import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 
 from sluice.log import get_logger
 from sluice.redis.errors import RedisDown, ReplyError
+from sluice.redis.resp import Arg, coalesced, is_large, pack, pack_parts
 from sluice.redis.sentinel import master_address
 from sluice.redis.target import SentinelTarget, is_sentinel, parse_sentinel_url
 
@@ -43,62 +47,9 @@ log = get_logger(__name__)
 DEFAULT_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
 
-Arg = bytes | str | int | float
-
 
 class _BadReply(Exception):
     """What hiredis raises on bytes that are not RESP."""
-
-
-# An argument this large is written as its own buffer, not copied into the command's (a request
-# payload of megabytes would otherwise be copied twice more: into the packed command, then into the
-# joined write).
-LARGE_ARG_BYTES = 64 * 1024
-
-
-def pack(command: tuple[Arg, ...]) -> bytes:
-    """One command in RESP. (hiredis's stub types the tuple as one element long.)"""
-    packed: bytes = hiredis.pack_command(cast(Any, command))
-    return packed
-
-
-def _large(arg: Arg) -> bool:
-    return isinstance(arg, bytes) and len(arg) >= LARGE_ARG_BYTES
-
-
-def pack_parts(command: tuple[Arg, ...]) -> list[bytes]:
-    """``command`` in RESP as buffers to write in order: its large bytes arguments as they are, the
-    RESP around them packed by hiredis (each small argument packed alone, its array header dropped)."""
-    parts: list[bytes] = []
-    head = [b"*%d\r\n" % len(command)]
-    for arg in command:
-        if _large(arg):
-            assert isinstance(arg, bytes)
-            head.append(b"$%d\r\n" % len(arg))
-            parts += [b"".join(head), arg]
-            head = [b"\r\n"]
-        else:
-            # hiredis packs ("x",) as *1\r\n$1\r\nx\r\n: the bulk string is what follows "*1\r\n".
-            head.append(pack((arg,))[4:])
-    parts.append(b"".join(head))
-    return parts
-
-
-def _coalesced(buffers: list[bytes]) -> list[bytes]:
-    """``buffers`` with each run of small ones joined: one write buffer per run, large ones as they are."""
-    out: list[bytes] = []
-    run: list[bytes] = []
-    for buffer in buffers:
-        if len(buffer) >= LARGE_ARG_BYTES:
-            if run:
-                out.append(b"".join(run))
-                run = []
-            out.append(buffer)
-        else:
-            run.append(buffer)
-    if run:
-        out.append(b"".join(run))
-    return out
 
 
 def _classify(error: ReplyError) -> Exception:
@@ -227,9 +178,11 @@ class PipelinedRedis:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # Public ---------------------------------------------------------------------------------------
-    def send(self, *args: Arg, timeout_s: float | None = None) -> "asyncio.Future[Any]":
+    def send(
+        self, *args: Arg, timeout_s: float | None = None, payload: bool = False
+    ) -> "asyncio.Future[Any]":
         """Queue one command; the future resolves with its reply (or a RedisError). A client serves
-        the event loop of its first command."""
+        the event loop of its first command. ``payload``: the command may carry a large argument."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -239,7 +192,7 @@ class PipelinedRedis:
             return future
         deadline = loop.time() + (self._timeout_s if timeout_s is None else timeout_s)
         self._pending.append(_Pending(future, deadline))
-        if any(_large(arg) for arg in args):
+        if payload and any(is_large(arg) for arg in args):
             self._out += pack_parts(args)
             self._large_out = True
         else:
@@ -257,14 +210,16 @@ class PipelinedRedis:
     async def execute(self, *args: Arg, timeout_s: float | None = None) -> Any:
         return await self.send(*args, timeout_s=timeout_s)
 
-    async def evalsha(self, sha: str, script: str, keys: list[str], args: list[Arg]) -> Any:
+    async def evalsha(
+        self, sha: str, script: str, keys: list[str], args: list[Arg], *, payload: bool = False
+    ) -> Any:
         """Run a Lua script by digest, loading it with EVAL when Redis does not know it (restart)."""
         try:
-            return await self.send("EVALSHA", sha, len(keys), *keys, *args)
+            return await self.send("EVALSHA", sha, len(keys), *keys, *args, payload=payload)
         except ReplyError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
-        return await self.send("EVAL", script, len(keys), *keys, *args)
+        return await self.send("EVAL", script, len(keys), *keys, *args, payload=payload)
 
     async def close(self) -> None:
         """Fail what is in flight and close the connection; later sends fail at once."""
@@ -312,7 +267,7 @@ class PipelinedRedis:
             return
         if self._large_out:
             self._large_out = False
-            self._transport.writelines(_coalesced(self._out))
+            self._transport.writelines(coalesced(self._out))
             self._out.clear()
             return
         data = self._out[0] if len(self._out) == 1 else b"".join(self._out)

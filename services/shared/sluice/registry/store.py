@@ -52,6 +52,24 @@ class RegistryStore:
     async def get(self, model: str, version: str) -> VersionRecord | None:
         return await registry.get_version(self._redis, model, version)
 
+    async def default_records(self, models: Sequence[str]) -> dict[str, VersionRecord]:
+        """Each model's default version's record (models without one are left out), in two round
+        trips whatever the number of models."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.hget(keys.model(model), registry.DEFAULT_FIELD)
+            defaults: list[Any] = await pipe.execute()
+        named = [(model, _text(default)) for model, default in zip(models, defaults, strict=True) if default]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for model, default in named:
+                pipe.hget(keys.version_config(model, default), registry.RECORD_FIELD)
+            raw_records: list[Any] = await pipe.execute()
+        return {
+            model: VersionRecord.from_json(raw)
+            for (model, _), raw in zip(named, raw_records, strict=True)
+            if raw is not None
+        }
+
     async def is_active(self, model: str, version: str) -> bool:
         state = await self._redis.hget(keys.version_config(model, version), STATE_FIELD)
         return state is not None and _text(state) == VersionState.ACTIVE.value

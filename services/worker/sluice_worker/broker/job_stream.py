@@ -20,7 +20,8 @@ from sluice import envelope
 from sluice.log import get_logger
 from sluice.redis import keys
 from sluice.redis.errors import ReplyError
-from sluice.redis.pipelined import Arg, PipelinedRedis
+from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.resp import Arg
 
 from sluice_worker.broker.outbox import DeadLetter, Fields, Outbox, settle
 from sluice_worker.delivery import Delivery

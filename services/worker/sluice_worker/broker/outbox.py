@@ -18,7 +18,8 @@ from sluice import envelope
 from sluice.log import get_logger
 from sluice.redis import keys
 from sluice.redis.errors import RedisError, ReplyError
-from sluice.redis.pipelined import Arg, PipelinedRedis
+from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.resp import Arg
 
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import Outgoing
@@ -63,7 +64,7 @@ class Outbox:
                 (envelope.FIELD, envelope.encode_reply(item.reply))
             )
         return [
-            self._hot.send("XADD", reply_to, "NOMKSTREAM", "*", *fields)
+            self._hot.send("XADD", reply_to, "NOMKSTREAM", "*", *fields, payload=True)
             for reply_to, fields in by_stream.items()
         ]
 

@@ -2,12 +2,14 @@
 client's PredictionsRequest; each input reaches the handler as ``bytearray`` with an empty content
 type (no JSON or text decoding, as TorchServe does); a result is sent as a PredictionResponse.
 
-The inputs are read off the wire format directly (:mod:`sluice.wire`): an input of megabytes is
-copied once, into its ``bytearray``, instead of once more for every message it would be parsed into.
+A large request's inputs are read off the wire format directly (:mod:`sluice.wire`): an input of
+megabytes is copied once, into its ``bytearray``, instead of once more for every message it would be
+parsed into. Below ``LARGE_JOB_BYTES`` upb's C parser is cheaper than the Python scanner.
 """
 
+from google.protobuf.message import DecodeError
 from sluice import wire
-from sluice.envelope import Job
+from sluice.envelope import LARGE_JOB_BYTES, Job
 from sluice.errors import ErrorCode, SluiceError
 from sluice.v1.torchserve_inference_pb2 import PredictionResponse, PredictionsRequest
 
@@ -40,11 +42,19 @@ def inputs(request: bytes | memoryview) -> dict[str, memoryview | bytes]:
     return found
 
 
+def _parsed_inputs(request: bytes | memoryview) -> dict[str, bytes]:
+    try:
+        return dict(PredictionsRequest.FromString(bytes(request)).input)
+    except DecodeError as exc:
+        raise SluiceError(ErrorCode.INVALID_ARGUMENT, INVALID) from exc
+
+
 class TorchServeGrpc:
     def row(self, job: Job, request: bytes | memoryview) -> tuple[list[TsParameter], dict[str, str]]:
+        read = inputs if len(request) >= LARGE_JOB_BYTES else _parsed_inputs
         parameters: list[TsParameter] = [
             {"name": key, "contentType": "", "value": bytearray(value)}
-            for key, value in inputs(request).items()
+            for key, value in read(request).items()
         ]
         return parameters, {}
 

@@ -14,7 +14,8 @@ from sluice.transport.grpc_errors import add_service
 from sluice.v1 import torchserve_management_pb2 as pb
 
 from sluice_manager.api.grpc_api.errors import MANAGEMENT_STATUS
-from sluice_manager.api.management import ManagementService, RegisterRequest, ScaleRequest
+from sluice_manager.api.management import ManagementService
+from sluice_manager.api.management_calls import RegisterRequest, ScaleRequest
 from sluice_manager.api.model_api import require_model_api
 from sluice_manager.api.model_views import pretty
 

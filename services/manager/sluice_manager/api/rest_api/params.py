@@ -13,7 +13,7 @@ from typing import Any
 
 from sluice.errors import ErrorCode, SluiceError
 
-from sluice_manager.api.management import RegisterRequest, ScaleRequest
+from sluice_manager.api.management_calls import RegisterRequest, ScaleRequest
 
 INT_MAX = 2**31 - 1
 

@@ -22,7 +22,8 @@ from sluice import envelope
 from sluice.envelope import EnvelopeError
 from sluice.log import get_logger
 from sluice.redis import keys
-from sluice.redis.pipelined import Arg, PipelinedRedis
+from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.resp import Arg
 from sluice.registry.records import VersionRecord
 
 from sluice_worker.broker.outbox import DeadLetter, Outbox, settle
