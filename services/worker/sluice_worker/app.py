@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,8 +27,10 @@ from sluice_worker import device, runtime
 from sluice_worker.async_loop import AsyncWorker
 from sluice_worker.batch_policy import Batching
 from sluice_worker.broker.artifact_endpoint import RedisArtifactEndpoints
+from sluice_worker.broker.call_guard import CallGuard
 from sluice_worker.broker.job_stream import JobQueue
 from sluice_worker.broker.metrics_writer import MetricsWriter
+from sluice_worker.broker.outbox import Command
 from sluice_worker.broker.presence import Presence
 from sluice_worker.broker.reclaim import Reclaimer
 from sluice_worker.broker.redis_source import RedisJobSource
@@ -36,12 +39,15 @@ from sluice_worker.broker.sequences.source import SequenceJobSource
 from sluice_worker.broker.source import JobSource
 from sluice_worker.broker.version_record import wait_for_record
 from sluice_worker.continuous import ContinuousWorker
+from sluice_worker.delivery import Delivery
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.handler_loop import HandlerLoop
+from sluice_worker.inline_runner import InlineRunner
 from sluice_worker.metric_capture import capturing
 from sluice_worker.model_fetch import FetchError, model_folder
 from sluice_worker.model_metrics import ModelMetrics, declared_metrics
 from sluice_worker.protocols import Protocols
+from sluice_worker.replies import Outgoing
 from sluice_worker.sequence_state import SequenceStates
 from sluice_worker.settings import WorkerSettings
 from sluice_worker.startup import enter_model_dir, export_sequence_header_names
@@ -83,6 +89,8 @@ async def run(settings: WorkerSettings, torch_thread: TorchThread) -> ExitCode:
 
 # The worker loop of each scheduling mode (chosen from the version's record, see _loop).
 Loop = Worker | ContinuousWorker | AsyncWorker
+# The commands that answer an inline call's jobs with the given replies and ack them (Worker's abandon).
+Abandon = Callable[[list[Outgoing], list[Delivery]], list[Command]]
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,7 @@ class _Started:
     worker: Loop
     presence: Presence
     source: RedisJobSource | SequenceJobSource
+    runner: TorchThread | InlineRunner
     # A stateful model's: whether its handler saves sequence state (see _stop_serving).
     saves_state: bool = False
 
@@ -136,6 +145,8 @@ async def _run(
         await heartbeat
     with contextlib.suppress(asyncio.CancelledError):
         await writing_metrics
+    if isinstance(started.runner, InlineRunner):
+        started.runner.close()
     await metrics_writer.write()
     await until_done(started.presence.withdraw, "withdraw")
     await until_done(started.source.leave, "leave the consumer group")
@@ -199,7 +210,27 @@ async def _start(
         # The models folder of an earlier run, gone while its registration stayed in Redis.
         log.error("cannot enter the model folder", model_dir=record.model_dir, error=exc.strerror)
         return ExitCode.LOAD_FAILED
-    loaded = await _load(settings, record, torch_thread)
+    runner = _runner(settings, record, torch_thread)
+    started = await _ready(settings, record, runner, redis, hot, stop, tracing, worker_id, began)
+    if isinstance(started, ExitCode) and runner is not torch_thread:
+        runner.close()
+    return started
+
+
+async def _ready(
+    settings: WorkerSettings,
+    record: VersionRecord,
+    runner: TorchThread | InlineRunner,
+    redis: "aioredis.Redis",
+    hot: PipelinedRedis,
+    stop: asyncio.Event,
+    tracing: "Tracing | None",
+    worker_id: str,
+    began: float,
+) -> _Started | ExitCode:
+    """Load the handler, warm it up, join the job stream, announce READY (the loop ready to serve)."""
+    model, version = record.model_name, record.version
+    loaded = await _load(settings, record, runner)
     if loaded is None:
         return ExitCode.LOAD_FAILED
     service, choice = loaded
@@ -209,8 +240,13 @@ async def _start(
         HandlerLoop(on_start=lambda: device.activate(choice)) if record.async_communication else None
     )
 
-    def loop_of(source: JobSource, stopping: asyncio.Event, states: SequenceStates | None = None) -> Loop:
-        return _loop(record, settings, source, torch_thread, service, handler_loop, stopping, states)
+    def loop_of(
+        source: JobSource,
+        stopping: asyncio.Event,
+        states: SequenceStates | None = None,
+        abandon: Abandon = _nothing_to_abandon,
+    ) -> Loop:
+        return _loop(record, settings, source, runner, service, handler_loop, stopping, states, abandon)
 
     if record.warmup_requests:
         try:
@@ -224,14 +260,18 @@ async def _start(
     if record.stateful:
         source = SequenceJobSource(redis, hot, record, worker_id)
         await until_done(source.start, "find the sequence inboxes")
-        sequences = SequenceStates(
-            runtime.sequence_hooks(service), record.sequence_state_max_bytes, torch_thread
-        )
+        assert isinstance(runner, TorchThread)  # stateful models do not run inline (_runner)
+        sequences = SequenceStates(runtime.sequence_hooks(service), record.sequence_state_max_bytes, runner)
     else:
         source = await _job_queue_source(redis, hot, record, worker_id, settings)
     # Traced calls' jobs get the worker's spans (tracing on).
     served: JobSource = source if tracing is None else TracedSource(source, tracing, worker_id)
-    worker = loop_of(served, stop, sequences)
+    worker = loop_of(
+        served,
+        stop,
+        sequences,
+        source.finish_commands if isinstance(source, RedisJobSource) else _nothing_to_abandon,
+    )
     presence = Presence(
         redis,
         model,
@@ -241,12 +281,14 @@ async def _start(
         ttl_ms=settings.heartbeat_ttl_ms,
         refresh=usage_refresher(
             choice,
-            torch_thread.busy_s,
+            runner.busy_s,
             running=lambda: 0 if isinstance(worker, Worker) else worker.running,
             slots=record.slots_per_worker if record.generative else 0,
         ),
     )
     await until_done(presence.announce, "announce READY")
+    if isinstance(runner, InlineRunner):
+        runner.guard.present_as(presence.beat_commands, presence.withdraw_commands)
     # What startup built (modules, the model, the handler) lives as long as the process: keep it out
     # of the collector's work from now on.
     gc.freeze()
@@ -258,19 +300,37 @@ async def _start(
         mode=type(worker).__name__,
     )
     return _Started(
-        worker_id, worker, presence, source, saves_state=bool(sequences and sequences.saves_state)
+        worker_id, worker, presence, source, runner, saves_state=bool(sequences and sequences.saves_state)
     )
+
+
+def _runner(
+    settings: WorkerSettings, record: VersionRecord, torch_thread: TorchThread
+) -> TorchThread | InlineRunner:
+    """Where the handler runs: inline on this loop's thread for plain batching of a stateless version
+    (unless ``inline_handler`` is off), else on the torch thread (see :mod:`.inline_runner`)."""
+    plain = not (record.continuous_batching or record.async_communication or record.stateful)
+    if not (plain and settings.inline_handler):
+        return torch_thread
+    client = redis_client.connect_sync(settings.redis_url, timeout_s=redis_client.COMMAND_TIMEOUT_S)
+    return InlineRunner(CallGuard(client, beat_every_s=settings.heartbeat_interval_s))
+
+
+def _nothing_to_abandon(outgoing: list[Outgoing], deliveries: list[Delivery]) -> list[Command]:
+    """A warm-up's jobs are not in Redis: an abandoned warm-up call leaves nothing to answer."""
+    return []
 
 
 def _loop(
     record: VersionRecord,
     settings: WorkerSettings,
     source: JobSource,
-    torch_thread: TorchThread,
+    runner: TorchThread | InlineRunner,
     service: runtime.HandlerService,
     handler_loop: HandlerLoop | None,
     stop: asyncio.Event,
     sequences: SequenceStates | None,
+    abandon: Abandon,
 ) -> Loop:
     """The worker loop of the version's scheduling mode: continuous batching (with or without
     sequences), async handlers, or plain batching."""
@@ -290,11 +350,13 @@ def _loop(
         "stopping": stop,
         "protocols": protocols,
     }
+    if isinstance(runner, InlineRunner):
+        return Worker(torch_thread=runner, abandon=abandon, **common)
     if record.continuous_batching:
-        return ContinuousWorker(torch_thread=torch_thread, sequences=sequences, **common)
+        return ContinuousWorker(torch_thread=runner, sequences=sequences, **common)
     if handler_loop is not None:
         return AsyncWorker(handler_loop=handler_loop, slots=record.slots_per_worker, **common)
-    return Worker(torch_thread=torch_thread, sequences=sequences, **common)
+    return Worker(torch_thread=runner, sequences=sequences, **common)
 
 
 async def _job_queue_source(
@@ -320,7 +382,7 @@ async def _job_queue_source(
 
 
 async def _load(
-    settings: WorkerSettings, record: VersionRecord, torch_thread: TorchThread
+    settings: WorkerSettings, record: VersionRecord, runner: TorchThread | InlineRunner
 ) -> tuple[runtime.HandlerService, device.DeviceChoice] | None:
     """The loaded ``ts.service.Service`` and its device, or None (logged) when loading failed."""
     try:
@@ -343,9 +405,12 @@ async def _load(
     )
     started = time.monotonic()
     try:
-        service = await asyncio.wait_for(
-            torch_thread.run(runtime.load_service, spec), record.startup_timeout_s
-        )
+        if isinstance(runner, InlineRunner):
+            service = await runner.run_within(
+                record.startup_timeout_s, list, runtime.load_service, spec, exit_code=ExitCode.LOAD_FAILED
+            )
+        else:
+            service = await asyncio.wait_for(runner.run(runtime.load_service, spec), record.startup_timeout_s)
     except TimeoutError:
         log.error("handler did not load within startup_timeout", startup_timeout_s=record.startup_timeout_s)
         return None

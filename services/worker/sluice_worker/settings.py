@@ -26,6 +26,7 @@ class WorkerSettings(CommonSettings):
         "sluice_sequence_drain_s": "sequence_drain_s",
         "metrics_config": "metrics_config",
         "model_metrics_auto_detect": "model_metrics_auto_detect",
+        "sluice_inline_handler": "inline_handler",
     }
 
     model_name: str
@@ -66,6 +67,9 @@ class WorkerSettings(CommonSettings):
     # TorchServe's key: a metric a handler records that metrics_config does not declare is exported
     # with the kind, unit and dimensions its first line gives (off: it is dropped).
     model_metrics_auto_detect: bool = False
+    # Plain batching of a stateless version runs its handler on the worker loop's own thread (see
+    # sluice_worker.inline_runner); off: on the torch thread, as every other mode does.
+    inline_handler: bool = True
 
     def check(self) -> None:
         # These end up inside Redis keys and log lines.

@@ -8,7 +8,9 @@ and hands them on:
   waits until Redis has them, so chunks reach the reply stream in order and before the final reply,
   and a slow Redis slows the handler down instead of piling replies up in memory;
 - :class:`ForwardingSink` (async handlers, on the handler loop, which must not wait for Redis) hands
-  them to the worker's loop, in the order the frames were written, and returns at once.
+  them to the worker's loop, in the order the frames were written, and returns at once;
+- :class:`DirectSink` (handlers run inline, on the worker loop's own thread, which is blocked by the
+  call) sends them itself through a client of its own and waits until Redis has them.
 """
 
 import abc
@@ -96,3 +98,17 @@ class ForwardingSink(_FrameSink):
 
     def _hand_on(self, outgoing: list[Outgoing]) -> None:
         self._loop.call_soon_threadsafe(self._forward, outgoing)
+
+
+class DirectSink(_FrameSink):
+    def __init__(
+        self,
+        book: ReplyBook,
+        send: Callable[[Sequence[Outgoing], threading.Event], None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        super().__init__(book, loop)
+        self._send = send
+
+    def _hand_on(self, outgoing: list[Outgoing]) -> None:
+        self._send(outgoing, self._closed)

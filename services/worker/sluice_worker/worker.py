@@ -1,4 +1,5 @@
-"""The worker loop: read jobs, form batches, run the handler on the torch thread, reply, ack.
+"""The worker loop: read jobs, form batches, run the handler (inline on this loop's thread, or on the
+torch thread), reply, ack.
 
 Reliability lives here too: the claim scan for dead workers' jobs, the response-timeout watchdog,
 a handler's ``sys.exit()``, Redis outages and SIGTERM draining (see docs/design.md, "Worker loop").
@@ -6,7 +7,7 @@ a handler's ``sys.exit()``, Redis outages and SIGTERM draining (see docs/design.
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -15,10 +16,12 @@ from sluice.log import get_logger
 
 from sluice_worker import runtime
 from sluice_worker.batch_policy import Batching, Run, next_step, split_batches
+from sluice_worker.broker.outbox import Command
 from sluice_worker.broker.source import BrokerUnavailable, JobSource
 from sluice_worker.delivery import Delivery
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.handler_call import call_handler
+from sluice_worker.inline_runner import InlineRunner
 from sluice_worker.job_loop import JobLoop, request_ids
 from sluice_worker.protocols import Protocols, TsRequest
 from sluice_worker.replies import Outgoing, ReplyBook, failure
@@ -49,11 +52,12 @@ class Worker(JobLoop):
         response_timeout_s: float,
         claim_scan_interval_s: float,
         source: JobSource,
-        torch_thread: TorchThread,
+        torch_thread: TorchThread | InlineRunner,
         service: runtime.HandlerService,
         stopping: asyncio.Event,
         protocols: Protocols | None = None,
         sequences: SequenceStates | None = None,
+        abandon: Callable[[list[Outgoing], list[Delivery]], list[Command]] | None = None,
     ) -> None:
         super().__init__(
             batching=batching,
@@ -71,6 +75,9 @@ class Worker(JobLoop):
         self._prepared: dict[bytes, TsRequest | SluiceError] = {}
         # Running average of the handler's run times; until measured, calls count as slow enough.
         self._call_time_s = PREFETCH_CALL_S
+        # An inline runner's: the commands that answer a call's jobs with these replies and ack them
+        # (what its guard runs when it gives the call up).
+        self._abandon = abandon
 
     async def serve(self) -> ExitCode:
         held = await self._scan(held=[])
@@ -154,6 +161,33 @@ class Worker(JobLoop):
             task.cancel()  # only if this task was cancelled meanwhile (shutdown)
         return results, exit_code, prefetched
 
+    async def _call_after_reading(
+        self, call: Coroutine[Any, Any, tuple[list[Outgoing], ExitCode | None]]
+    ) -> tuple[list[Outgoing], ExitCode | None, list[Delivery]]:
+        """An inline call's read ahead: the loop is stopped while the handler runs, so one read of the
+        jobs already waiting goes out just before the call and is taken in after it (the jobs that
+        arrive during the call wait for the next read)."""
+        ahead = asyncio.ensure_future(self._read_waiting(self._batching.batch_size))
+        # Two loop turns: in the first the read is queued, in the second the pipelined client writes
+        # it (once per turn); then the handler may stop the loop.
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        try:
+            results, exit_code = await call
+        except BaseException:
+            ahead.cancel()
+            raise
+        prefetched = await ahead
+        for delivery in prefetched:
+            self._prepared[delivery.receipt] = self._handler_request(delivery)
+        return results, exit_code, prefetched
+
+    async def _read_waiting(self, count: int) -> list[Delivery]:
+        try:
+            return await self._source.read(count, None)
+        except BrokerUnavailable:
+            return []  # the next read after the batch reports and retries
+
     async def _run(self, batch: list[Delivery], *, prefetch: bool) -> tuple[ExitCode | None, list[Delivery]]:
         """One handler call for ``batch`` (minus skipped jobs), then replies and acks in one pipeline.
         With ``prefetch``, also the jobs read for the next batch meanwhile."""
@@ -179,7 +213,12 @@ class Worker(JobLoop):
         if runnable:
             call = self._call_handler(runnable, requests)
             if prefetch and self._call_time_s >= PREFETCH_CALL_S:
-                results, exit_code, prefetched = await self._call_reading_ahead(call)
+                read_ahead = (
+                    self._call_after_reading
+                    if isinstance(self._torch, InlineRunner)
+                    else self._call_reading_ahead
+                )
+                results, exit_code, prefetched = await read_ahead(call)
             else:
                 results, exit_code = await call
             self._call_time_s += CALL_TIME_WEIGHT * (self._torch.last_call_s - self._call_time_s)
@@ -202,6 +241,7 @@ class Worker(JobLoop):
         self, runnable: list[Delivery], requests: list[TsRequest]
     ) -> tuple[list[Outgoing], ExitCode | None]:
         book = ReplyBook(runnable, started_unix_ms=int(time.time() * 1000), protocols=self._protocols)
+        abandon = self._abandon
         return await call_handler(
             self._torch,
             self._service,
@@ -210,4 +250,5 @@ class Worker(JobLoop):
             response_timeout_s=self._response_timeout_s,
             publish=self._publish,
             read=book.final,
+            abandon=None if abandon is None else lambda outgoing: abandon(outgoing, runnable),
         )

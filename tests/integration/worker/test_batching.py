@@ -34,8 +34,9 @@ SLOW_BATCH_S = 1.5
 def versions(
     module_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, VersionRecord]]:
-    """Version "fill" (batch 4, TorchServe's rule), version "eager" (batch 4, never waits) and version
-    "slow" (eager, every batch takes SLOW_BATCH_S)."""
+    """Version "fill" (batch 4, TorchServe's rule), version "eager" (batch 4, never waits), version
+    "slow" (eager, every batch takes SLOW_BATCH_S) and "slow-thread", the same on the torch thread
+    (the others run their handler inline, the default)."""
     root = tmp_path_factory.mktemp("models")
     records = {
         "fill": register_sync(
@@ -50,8 +51,18 @@ def versions(
             module_redis.url, models.batch_recorder_model(MODEL, "slow", sleep_s=SLOW_BATCH_S), root,
             batch_size=4, max_batch_delay_ms=EAGER_DELAY_MS, batch_policy=BatchPolicy.EAGER,
         ),
+        "slow-thread": register_sync(
+            module_redis.url, models.batch_recorder_model(MODEL, "slow-thread", sleep_s=SLOW_BATCH_S), root,
+            batch_size=4, max_batch_delay_ms=EAGER_DELAY_MS, batch_policy=BatchPolicy.EAGER,
+        ),
     }  # fmt: skip
-    workers = [WorkerProcess(module_redis.url, MODEL, version, root).start() for version in records]
+    workers = [
+        WorkerProcess(
+            module_redis.url, MODEL, version, root,
+            env={"SLUICE_INLINE_HANDLER": "0"} if version == "slow-thread" else None,
+        ).start()
+        for version in records
+    ]  # fmt: skip
     try:
         for worker in workers:
             worker.wait_ready()
@@ -119,13 +130,13 @@ async def test_eager_batches_what_is_queued_together(
     assert recorded_batches(versions["eager"], ids) == [ids]
 
 
-async def test_jobs_arriving_while_a_batch_runs_are_read_ahead_and_run_next_together(
+async def test_on_the_torch_thread_jobs_arriving_while_a_batch_runs_are_read_ahead(
     versions: dict[str, VersionRecord], client: "aioredis.Redis"
 ) -> None:
-    first, replies = await _send(client, "slow", 1)
-    await eventually(lambda: recorded_batches(versions["slow"], first) == [first], timeout_s=10)
-    later, later_replies = await _send(client, "slow", 2)
-    stream = keys.job_stream(MODEL, "slow")
+    first, replies = await _send(client, "slow-thread", 1)
+    await eventually(lambda: recorded_batches(versions["slow-thread"], first) == [first], timeout_s=10)
+    later, later_replies = await _send(client, "slow-thread", 2)
+    stream = keys.job_stream(MODEL, "slow-thread")
 
     async def all_three_delivered() -> bool:
         return int((await client.xpending(stream, keys.JOB_GROUP))["pending"]) == 3
@@ -133,10 +144,32 @@ async def test_jobs_arriving_while_a_batch_runs_are_read_ahead_and_run_next_toge
     # The later two reach the worker while the first batch still runs. (Before the read ahead, the
     # next read went out after the first job's ack: never three delivered and unacked at once.)
     await eventually(all_three_delivered, timeout_s=10)
-    assert recorded_batches(versions["slow"], first + later) == [first]
+    assert recorded_batches(versions["slow-thread"], first + later) == [first]
     await replies.finals(first)
     await later_replies.finals(later)
-    assert recorded_batches(versions["slow"], first + later) == [first, later]
+    assert recorded_batches(versions["slow-thread"], first + later) == [first, later]
+
+
+async def test_inline_jobs_waiting_when_a_batch_starts_are_read_ahead(
+    versions: dict[str, VersionRecord], client: "aioredis.Redis"
+) -> None:
+    # The loop stops while an inline handler runs: what it reads ahead is what waits in the stream
+    # when the call starts, beyond the call's batch.
+    first, replies = await _send(client, "slow", 1)
+    await eventually(lambda: recorded_batches(versions["slow"], first) == [first], timeout_s=10)
+    later, later_replies = await _send(client, "slow", 5)
+    stream = keys.job_stream(MODEL, "slow")
+    await replies.finals(first)
+    await eventually(lambda: recorded_batches(versions["slow"], later) == [later[:4]], timeout_s=10)
+
+    async def all_five_delivered() -> bool:
+        return int((await client.xpending(stream, keys.JOB_GROUP))["pending"]) == 5
+
+    # The batch of four runs, and the fifth job is already delivered to the worker meanwhile.
+    await eventually(all_five_delivered, timeout_s=SLOW_BATCH_S)
+    assert recorded_batches(versions["slow"], later) == [later[:4]]
+    await later_replies.finals(later)
+    assert recorded_batches(versions["slow"], later) == [later[:4], later[4:]]
 
 
 async def test_a_streaming_job_runs_alone(

@@ -270,3 +270,26 @@ async def test_entries_this_worker_owns_but_never_saw_are_run(
     assert delivered
     reply = await replies.final(lost.job_id)
     assert (prediction(reply), reply.attempt) == (b"lost in transit", 2)
+
+
+async def test_an_inline_call_longer_than_the_heartbeat_ttl_keeps_its_job(
+    module_redis: RedisServer, client: "aioredis.Redis", tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    # The handler runs inline and stops its worker's loop for three heartbeat TTLs: the guard thread
+    # keeps the heartbeat, so the idle peer never takes the job for a dead worker's and runs it again.
+    record = await register(client, models.batch_recorder_model("long", sleep_s=2.5), tmp_path, batch_size=1)
+    pair = [
+        WorkerProcess(module_redis.url, "long", "1.0", tmp_path, worker_id=worker_id).start()
+        for worker_id in ("9401", "9402")
+    ]
+    workers += pair
+    for worker in pair:
+        worker.wait_ready()
+    replies = await ReplyStream(client).open()
+    item = job("long", "1.0", {"data": b"once"}, reply_to=replies.key)
+    await enqueue(client, item)
+    assert prediction(await replies.final(item.job_id, timeout_s=20)) == b"once"
+    assert await replies.more(1.0) == []
+    batches = Path(record.model_dir) / "batches.jsonl"
+    runs = [line for line in batches.read_text().splitlines() if item.job_id in line]
+    assert len(runs) == 1, runs

@@ -23,7 +23,7 @@ from sluice.redis.errors import ReplyError
 from sluice.redis.pipelined import PipelinedRedis
 from sluice.redis.resp import Arg
 
-from sluice_worker.broker.outbox import DeadLetter, Fields, Outbox, settle
+from sluice_worker.broker.outbox import Command, DeadLetter, Fields, Outbox, reply_commands, settle
 from sluice_worker.delivery import Delivery
 from sluice_worker.replies import Outgoing
 
@@ -113,10 +113,20 @@ class JobQueue:
         if batch_size:
             sent += self.outbox.batch_size(batch_size)
         sent += [self.outbox.dead_letter(letter) for letter in dead_letters]
-        if entry_ids:
-            sent.append(self._hot.send("XACK", self.stream, keys.JOB_GROUP, *entry_ids))
-            sent.append(self._hot.send("XDEL", self.stream, *entry_ids))
+        sent += [self._hot.send(*command) for command in self.ack_commands(entry_ids)]
         return _settled(sent)
+
+    def ack_commands(self, entry_ids: Sequence[bytes]) -> list[Command]:
+        """Acknowledge and delete the entries (none: no command)."""
+        if not entry_ids:
+            return []
+        return [("XACK", self.stream, keys.JOB_GROUP, *entry_ids), ("XDEL", self.stream, *entry_ids)]
+
+    def finish_commands(self, outgoing: Sequence[Outgoing], entry_ids: Sequence[bytes]) -> list[Command]:
+        """What :meth:`finish` sends for ``outgoing`` and ``entry_ids``, as commands for another
+        client to run (the inline runner's guard thread, when the loop's thread is stuck in a
+        handler)."""
+        return [*reply_commands(outgoing), *self.ack_commands(entry_ids)]
 
     async def consumers(self) -> dict[str, int]:
         """Consumer name -> pending entries, for every consumer of the group."""

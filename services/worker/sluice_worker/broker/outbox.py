@@ -31,6 +31,7 @@ DEAD_LETTERS_MAXLEN = 1000
 BATCH_SIZES_EVERY_S = 1.0
 
 Fields = dict[bytes, bytes]
+Command = tuple[Arg, ...]
 
 
 @dataclass(frozen=True)
@@ -58,15 +59,7 @@ class Outbox:
         """One XADD per reply stream: the replies bound for one gateway are fields of one entry, in
         order (a continuous-batching iteration's tokens cost one command per gateway, not one each).
         NOMKSTREAM: a gateway that went away does not get its reply stream recreated."""
-        by_stream: dict[str, list[Arg]] = {}
-        for item in outgoing:
-            by_stream.setdefault(item.reply_to, []).extend(
-                (envelope.FIELD, envelope.encode_reply(item.reply))
-            )
-        return [
-            self._hot.send("XADD", reply_to, "NOMKSTREAM", "*", *fields, payload=True)
-            for reply_to, fields in by_stream.items()
-        ]
+        return [self._hot.send(*command, payload=True) for command in reply_commands(outgoing)]
 
     def batch_size(self, size: int) -> "list[asyncio.Future[Any]]":
         """Count one handler call of ``size`` jobs in the version's batch-size histogram (metrics):
@@ -128,6 +121,14 @@ class Outbox:
             "MGET", *(keys.cancel(self._model, self._version, delivery.job_id) for delivery in deliveries)
         )
         return [flag is not None for flag in flags]
+
+
+def reply_commands(outgoing: Sequence[Outgoing]) -> list[Command]:
+    """The XADDs that send ``outgoing``: one per reply stream (see :meth:`Outbox.replies`)."""
+    by_stream: dict[str, list[Arg]] = {}
+    for item in outgoing:
+        by_stream.setdefault(item.reply_to, []).extend((envelope.FIELD, envelope.encode_reply(item.reply)))
+    return [("XADD", reply_to, "NOMKSTREAM", "*", *fields) for reply_to, fields in by_stream.items()]
 
 
 async def settle(sent: "list[asyncio.Future[Any]]") -> list[Any]:

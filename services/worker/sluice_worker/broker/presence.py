@@ -17,6 +17,8 @@ from sluice.log import get_logger
 from sluice.redis import keys
 from sluice.registry.records import WorkerRecord, WorkerStatus
 
+from sluice_worker.broker.outbox import Command
+
 log = get_logger(__name__)
 
 # After a failed beat the next one comes this soon: the heartbeat must be back as soon as Redis is,
@@ -53,6 +55,18 @@ class Presence:
             pipe.hset(self._workers, self._record.worker_id, self._record.to_json())
             await pipe.execute()
 
+    def beat_commands(self) -> list[Command]:
+        """The last announcement again, as commands for another client: what the inline runner's
+        guard sends while a long handler call holds the loop (no refresh: that reads the loop's state)."""
+        return [
+            ("SET", self._heartbeat, self._record.pid, "PX", self._ttl_ms),
+            ("HSET", self._workers, self._record.worker_id, self._record.to_json()),
+        ]
+
+    def withdraw_commands(self) -> list[Command]:
+        """:meth:`withdraw` as commands for another client (the guard's, as the worker exits)."""
+        return [("HDEL", self._workers, self._record.worker_id), ("DEL", self._heartbeat)]
+
     async def set_status(self, status: WorkerStatus) -> None:
         """Announce a new status now (UNLOADING: a stopping worker that still serves what it holds)."""
         self._record = dataclasses.replace(self._record, status=status)
@@ -82,6 +96,6 @@ class Presence:
 
     async def withdraw(self) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hdel(self._workers, self._record.worker_id)
-            pipe.delete(self._heartbeat)
+            for command in self.withdraw_commands():
+                pipe.execute_command(*command)
             await pipe.execute()

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Coroutine, Mapping, Sequence, Set
 from typing import Any, TypeVar
 
 from sluice_worker.broker.job_stream import JobQueue
+from sluice_worker.broker.outbox import Command
 from sluice_worker.broker.reclaim import Reclaimer
 from sluice_worker.broker.retries import REDIS_FAILED
 from sluice_worker.broker.source import BrokerUnavailable
@@ -52,6 +53,10 @@ class RedisJobSource:
         # Sent now (in this loop turn's write); only the answers are awaited later.
         sent = self._stream.finish(outgoing, [d.receipt for d in done], batch_size=batch_size)
         return mapped(sent)
+
+    def finish_commands(self, outgoing: Sequence[Outgoing], done: Sequence[Delivery]) -> list[Command]:
+        """What :meth:`finish` sends, as commands another client can run (see JobQueue.finish_commands)."""
+        return self._stream.finish_commands(outgoing, [d.receipt for d in done])
 
     async def leave(self) -> None:
         await mapped(self._stream.outbox.flush())
