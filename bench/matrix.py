@@ -221,19 +221,22 @@ def paired_low_load(
 def paired_saturation(
     variant: Variant, concurrency: int, rounds: int, duration_s: float, warmup_s: float
 ) -> tuple[tuple[int, LoadCell | InprocessWindow], ...]:
-    """A batched archive at saturation and the in-process limit at the same batch size, alternating
-    (A B, B A, ...) on one server start.
+    """A batched archive at saturation, over TorchServe gRPC and over KServe v2 with raw tensors, and
+    the in-process limit at the same batch size, alternating (A B C, C B A, ...) on one server start.
 
-    The limit and the server cell otherwise lie many minutes apart, and this machine's speed moves
+    The limit and the server cells otherwise lie many minutes apart, and this machine's speed moves
     more than the 10% the CNN target leaves (the limit alone spanned 53 to 74 inf/s over one run's
-    three repetitions). Alternating windows put the same drift on both.
+    three repetitions). Alternating windows put the same drift on all.
     """
     window = InprocessWindow(variant.kind, variant.batch_size, duration_s, warmup_s)
-    cell = LoadCell("predictions", variant.name, concurrency, duration_s, warmup_s, section="paired")
+    cells = [
+        LoadCell(api, variant.name, concurrency, duration_s, warmup_s, section="paired")
+        for api in ("predictions", "kserve")
+    ]
     pairs: list[tuple[int, LoadCell | InprocessWindow]] = []
     for round_ in range(rounds):
-        order: tuple[LoadCell | InprocessWindow, ...] = (window, cell) if round_ % 2 == 0 else (cell, window)
-        pairs += [(round_, item) for item in order]
+        order: list[LoadCell | InprocessWindow] = [window, *cells]
+        pairs += [(round_, item) for item in (order if round_ % 2 == 0 else order[::-1])]
     return tuple(pairs)
 
 

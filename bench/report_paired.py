@@ -12,6 +12,7 @@ from bench.stats import Spread, ratio
 from bench.targets import C1_LATENCY_GOAL
 
 TIMES = "\N{MULTIPLICATION SIGN}"
+API_NAMES = {"predictions": "TorchServe gRPC", "kserve": "KServe v2 raw"}
 
 
 def paired(cells: Cells) -> list[str]:
@@ -49,6 +50,7 @@ def paired_saturation(records: list[Record], cells: Cells) -> list[str]:
         rows.append(
             [
                 cell.key.variant,
+                API_NAMES.get(cell.key.api, cell.key.api),
                 str(cell.key.concurrency),
                 str(len(cell.records)),
                 fmt(throughput(cell), 1) + error_mark(cell),
@@ -62,11 +64,12 @@ def paired_saturation(records: list[Record], cells: Cells) -> list[str]:
         )
     return section(
         "CNN at saturation: paired rounds with the in-process limit",
-        ["archive", "C", "rounds", "Sluice req/s", "limit inf/s", "ratio", "ratio by round"],
+        ["archive", "API", "C", "rounds", "Sluice req/s", "limit inf/s", "ratio", "ratio by round"],
         rows,
-        "The archive at saturation and the in-process limit at its batch size alternate (A B, B A, ...) "
-        "on one server start, the server idle during the limit's windows; the CNN target compares "
-        "these medians.",
+        "The archive at saturation (TorchServe gRPC, and KServe v2 with raw FP32 tensors handed to the "
+        "handler as torch tensors) and the in-process limit at its batch size alternate (A B C, C B A, "
+        "...) on one server start, the server idle during the limit's windows; the CNN target "
+        "compares the TorchServe gRPC medians.",
     )
 
 

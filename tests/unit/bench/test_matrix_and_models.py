@@ -103,13 +103,18 @@ def test_cnn_fill_archives_alternate_with_in_process_windows_on_sluice_only() ->
     plan = presets.plan("full")
     by_label = {(g.server, g.label): g for g in plan.groups}
     paired = by_label[("sluice", "cnn_b8_w1_fill")].paired
-    kinds = [(round_, type(item).__name__) for round_, item in paired]
-    assert kinds[:4] == [(0, "InprocessWindow"), (0, "LoadCell"), (1, "LoadCell"), (1, "InprocessWindow")]
-    assert len(paired) == 8
+    kinds = [(round_, getattr(item, "api", "inprocess")) for round_, item in paired]
+    assert kinds[:6] == [
+        (0, "inprocess"), (0, "predictions"), (0, "kserve"), (1, "kserve"), (1, "predictions"), (1, "inprocess"),
+    ]  # fmt: skip
+    assert len(paired) == 12
     windows = {item for _, item in paired if isinstance(item, matrix.InprocessWindow)}
     assert windows == {matrix.InprocessWindow("cnn", 8, 8.0, 2.0)}
     cells = {item for _, item in paired if isinstance(item, matrix.LoadCell)}
-    assert {(c.model, c.concurrency, c.section) for c in cells} == {("cnn_b8_w1_fill", 64, "paired")}
+    assert {(c.api, c.model, c.concurrency, c.section) for c in cells} == {
+        ("predictions", "cnn_b8_w1_fill", 64, "paired"),
+        ("kserve", "cnn_b8_w1_fill", 64, "paired"),
+    }
     assert by_label[("sluice", "cnn_b8_w2_fill")].paired
     assert by_label[("sluice", "cnn_b1_w1")].paired == ()
     assert by_label[("sluice", "cnn_b8_w1_eager")].paired == ()

@@ -166,6 +166,14 @@ def test_the_cnn_target_prefers_the_paired_rounds_with_the_in_process_limit(tmp_
                 group="cnn_b8_w1_fill",
             )
         )
+        # The same archive over KServe v2 raw tensors, in the same rounds (a row of its own; the
+        # target reads the TorchServe gRPC cell).
+        runs.append(
+            load(
+                "sluice", "cnn_b8_w1_fill", 16, served * 1.1, 300.0, round_,
+                section="paired", group="cnn_b8_w1_fill", api="kserve",
+            )
+        )  # fmt: skip
         runs.append(
             {
                 "kind": "inprocess",
@@ -185,8 +193,10 @@ def test_the_cnn_target_prefers_the_paired_rounds_with_the_in_process_limit(tmp_
     (tmp_path / "results.jsonl").write_text("\n".join(json.dumps(r) for r in runs) + "\n")
     text = report.write(tmp_path).read_text()
     assert (
-        "| cnn_b8_w1_fill | 16 | 3 | 40.0 [35.0\N{EN DASH}44.0] | 45.0 [41.0\N{EN DASH}50.0] | 89% |" in text
+        "| cnn_b8_w1_fill | TorchServe gRPC | 16 | 3 | 40.0 [35.0\N{EN DASH}44.0] | 45.0 [41.0\N{EN DASH}50.0] "
+        "| 89% |" in text
     )
     assert "| 89% | 89%, 88%, 85% |" in text
+    assert "| cnn_b8_w1_fill | KServe v2 raw | 16 | 3 | 44.0" in text
     # The run-start limit keeps its own table row (the paired windows are not mixed into it).
     assert "| cnn | 8 | 60 | 130.000 | " in text
