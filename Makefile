@@ -12,7 +12,7 @@ PYTEST := $(PY) -m pytest
 .PHONY: help install proto lint fmt test test-tiers test-unit test-integration test-e2e test-compat test-compose \
         test-compose-tier compose-images compose-up compose-down gpu-check run stop bench bench-quick \
         bench-containers bench-sequences bench-autoscale bench-generate bench-failover bench-platform \
-        bench-workflows bench-large clean
+        bench-workflows bench-large bench-worker-loop clean
 
 help:
 	@echo "make run           start redis, manager, gateway and the demo model (Ctrl-C stops)"
@@ -147,6 +147,11 @@ bench-platform: install
 # rounds (bench/large_inputs.py). ARGS=--quick for a short run.
 bench-large: install
 	$(PY) -m bench.large_inputs $(ARGS)
+
+# Plain batching's handler inline on the worker loop's thread against the torch thread, same rounds
+# (bench/worker_loop.py): MLP C=1 latency and worker CPU per request, CNN throughput at saturation.
+bench-worker-loop: install
+	$(PY) -m bench.worker_loop $(ARGS)
 
 # A three-node workflow (pre -> cnn -> post): Sluice's /wfpredict and KServe v2 form, TorchServe 0.12's
 # /wfpredict on the same .war, and a client chaining the three calls itself (bench/workflows.py).
