@@ -9,10 +9,9 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 import structlog
@@ -24,30 +23,23 @@ from sluice.registry.records import VersionRecord, WorkerRecord, WorkerStatus
 from sluice.tracing import start as start_tracing
 
 from sluice_worker import device, runtime
-from sluice_worker.async_loop import AsyncWorker
-from sluice_worker.batch_policy import Batching
 from sluice_worker.broker.artifact_endpoint import RedisArtifactEndpoints
-from sluice_worker.broker.call_guard import CallGuard
 from sluice_worker.broker.job_stream import JobQueue
 from sluice_worker.broker.metrics_writer import MetricsWriter
-from sluice_worker.broker.outbox import Command
 from sluice_worker.broker.presence import Presence
 from sluice_worker.broker.reclaim import Reclaimer
 from sluice_worker.broker.redis_source import RedisJobSource
-from sluice_worker.broker.retries import until_done
+from sluice_worker.broker.retries import best_effort, until_done
 from sluice_worker.broker.sequences.source import SequenceJobSource
 from sluice_worker.broker.source import JobSource
 from sluice_worker.broker.version_record import wait_for_record
-from sluice_worker.continuous import ContinuousWorker
-from sluice_worker.delivery import Delivery
 from sluice_worker.exit_codes import ExitCode
 from sluice_worker.handler_loop import HandlerLoop
 from sluice_worker.inline_runner import InlineRunner
 from sluice_worker.metric_capture import capturing
 from sluice_worker.model_fetch import FetchError, model_folder
 from sluice_worker.model_metrics import ModelMetrics, declared_metrics
-from sluice_worker.protocols import Protocols
-from sluice_worker.replies import Outgoing
+from sluice_worker.modes import Abandon, Loop, build_loop, nothing_to_abandon, runner_for
 from sluice_worker.sequence_state import SequenceStates
 from sluice_worker.settings import WorkerSettings
 from sluice_worker.startup import enter_model_dir, export_sequence_header_names
@@ -61,6 +53,9 @@ if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on
     from sluice.tracing.otel import Tracing
 
 log = get_logger(__name__)
+
+# How long a stopping worker waits for Redis to withdraw and leave its group (a failover takes less).
+LAST_STEPS_WITHIN_S = 10.0
 
 
 async def run(settings: WorkerSettings, torch_thread: TorchThread) -> ExitCode:
@@ -85,12 +80,6 @@ async def run(settings: WorkerSettings, torch_thread: TorchThread) -> ExitCode:
             await asyncio.to_thread(tracing.shutdown)
         await hot.close()
         await redis.aclose()
-
-
-# The worker loop of each scheduling mode (chosen from the version's record, see _loop).
-Loop = Worker | ContinuousWorker | AsyncWorker
-# The commands that answer an inline call's jobs with the given replies and ack them (Worker's abandon).
-Abandon = Callable[[list[Outgoing], list[Delivery]], list[Command]]
 
 
 @dataclass(frozen=True)
@@ -148,8 +137,9 @@ async def _run(
     if isinstance(started.runner, InlineRunner):
         started.runner.close()
     await metrics_writer.write()
-    await until_done(started.presence.withdraw, "withdraw")
-    await until_done(started.source.leave, "leave the consumer group")
+    # Without them the heartbeat lapses and peers reap the worker and take over its jobs.
+    await best_effort(started.presence.withdraw, "withdraw", LAST_STEPS_WITHIN_S)
+    await best_effort(started.source.leave, "leave the consumer group", LAST_STEPS_WITHIN_S)
     log.info("worker stopped", exit_code=int(exit_code))
     return exit_code
 
@@ -210,7 +200,7 @@ async def _start(
         # The models folder of an earlier run, gone while its registration stayed in Redis.
         log.error("cannot enter the model folder", model_dir=record.model_dir, error=exc.strerror)
         return ExitCode.LOAD_FAILED
-    runner = _runner(settings, record, torch_thread)
+    runner = runner_for(settings, record, torch_thread)
     started = await _ready(settings, record, runner, redis, hot, stop, tracing, worker_id, began)
     if isinstance(started, ExitCode) and runner is not torch_thread:
         runner.close()
@@ -244,9 +234,9 @@ async def _ready(
         source: JobSource,
         stopping: asyncio.Event,
         states: SequenceStates | None = None,
-        abandon: Abandon = _nothing_to_abandon,
+        abandon: Abandon = nothing_to_abandon,
     ) -> Loop:
-        return _loop(record, settings, source, runner, service, handler_loop, stopping, states, abandon)
+        return build_loop(record, settings, source, runner, service, handler_loop, stopping, states, abandon)
 
     if record.warmup_requests:
         try:
@@ -270,7 +260,7 @@ async def _ready(
         served,
         stop,
         sequences,
-        source.finish_commands if isinstance(source, RedisJobSource) else _nothing_to_abandon,
+        source.finish_commands if isinstance(source, RedisJobSource) else nothing_to_abandon,
     )
     presence = Presence(
         redis,
@@ -302,61 +292,6 @@ async def _ready(
     return _Started(
         worker_id, worker, presence, source, runner, saves_state=bool(sequences and sequences.saves_state)
     )
-
-
-def _runner(
-    settings: WorkerSettings, record: VersionRecord, torch_thread: TorchThread
-) -> TorchThread | InlineRunner:
-    """Where the handler runs: inline on this loop's thread for plain batching of a stateless version
-    (unless ``inline_handler`` is off), else on the torch thread (see :mod:`.inline_runner`)."""
-    plain = not (record.continuous_batching or record.async_communication or record.stateful)
-    if not (plain and settings.inline_handler):
-        return torch_thread
-    client = redis_client.connect_sync(settings.redis_url, timeout_s=redis_client.COMMAND_TIMEOUT_S)
-    return InlineRunner(CallGuard(client, beat_every_s=settings.heartbeat_interval_s))
-
-
-def _nothing_to_abandon(outgoing: list[Outgoing], deliveries: list[Delivery]) -> list[Command]:
-    """A warm-up's jobs are not in Redis: an abandoned warm-up call leaves nothing to answer."""
-    return []
-
-
-def _loop(
-    record: VersionRecord,
-    settings: WorkerSettings,
-    source: JobSource,
-    runner: TorchThread | InlineRunner,
-    service: runtime.HandlerService,
-    handler_loop: HandlerLoop | None,
-    stop: asyncio.Event,
-    sequences: SequenceStates | None,
-    abandon: Abandon,
-) -> Loop:
-    """The worker loop of the version's scheduling mode: continuous batching (with or without
-    sequences), async handlers, or plain batching."""
-    batching = Batching(
-        policy=record.batch_policy,
-        batch_size=max(1, record.batch_size),
-        max_batch_delay_ms=record.max_batch_delay_ms,
-        max_block_ms=settings.read_block_ms,
-    )
-    protocols = Protocols(record.tensors, decode_input_request=settings.decode_input_request)
-    common: dict[str, Any] = {
-        "batching": batching,
-        "response_timeout_s": record.response_timeout_s,
-        "claim_scan_interval_s": settings.claim_scan_interval_s,
-        "source": source,
-        "service": service,
-        "stopping": stop,
-        "protocols": protocols,
-    }
-    if isinstance(runner, InlineRunner):
-        return Worker(torch_thread=runner, abandon=abandon, **common)
-    if record.continuous_batching:
-        return ContinuousWorker(torch_thread=runner, sequences=sequences, **common)
-    if handler_loop is not None:
-        return AsyncWorker(handler_loop=handler_loop, slots=record.slots_per_worker, **common)
-    return Worker(torch_thread=runner, sequences=sequences, **common)
 
 
 async def _job_queue_source(

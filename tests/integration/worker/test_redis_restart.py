@@ -2,6 +2,7 @@
 held during the outage is answered once Redis is back."""
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -55,3 +56,18 @@ async def test_service_resumes_after_a_redis_restart(
     # announces the worker again.
     await eventually(lambda: redis_client.exists(keys.heartbeat(MODEL, "1.0", "9800")), timeout_s=3.0)
     assert await redis_client.hexists(keys.workers(MODEL, "1.0"), "9800")
+
+
+async def test_sigterm_while_redis_is_gone_still_ends_the_worker(
+    redis_server: RedisServer, redis_client: "aioredis.Redis", tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    # Its manager and its Redis are gone for good: the worker's last steps (withdraw, leave the
+    # group) are best effort, and SIGTERM still ends it instead of waiting for a Redis that never comes.
+    await register(redis_client, models.sleeping_model("leaver", sleep_s=0), tmp_path)
+    worker = WorkerProcess(redis_server.url, "leaver", "1.0", tmp_path, worker_id="9810").start()
+    workers.append(worker)
+    worker.wait_ready()
+    await redis_client.aclose()
+    redis_server.kill()
+    worker.send(signal.SIGTERM)
+    assert worker.wait(timeout_s=30) == 0, worker.log()

@@ -105,7 +105,8 @@ def test_cnn_fill_archives_alternate_with_in_process_windows_on_sluice_only() ->
     paired = by_label[("sluice", "cnn_b8_w1_fill")].paired
     kinds = [(round_, getattr(item, "api", "inprocess")) for round_, item in paired]
     assert kinds[:6] == [
-        (0, "inprocess"), (0, "predictions"), (0, "kserve"), (1, "kserve"), (1, "predictions"), (1, "inprocess"),
+        (0, "inprocess"), (0, "predictions"), (0, "kserve"),
+        (1, "kserve"), (1, "predictions"), (1, "inprocess"),
     ]  # fmt: skip
     assert len(paired) == 12
     windows = {item for _, item in paired if isinstance(item, matrix.InprocessWindow)}

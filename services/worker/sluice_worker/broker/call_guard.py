@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import redis
 from redis.exceptions import RedisError
 from sluice.log import get_logger
+from sluice.redis import client as redis_client
 
 from sluice_worker.broker.outbox import Command
 from sluice_worker.exit_codes import ExitCode
@@ -66,6 +67,14 @@ class CallGuard:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="call-guard", daemon=True)
         self._thread.start()
+
+    @classmethod
+    def connect(cls, redis_url: str, *, beat_every_s: float) -> "CallGuard":
+        """A guard with a client of its own to ``redis_url`` (Sentinel URLs followed, as everywhere)."""
+        return cls(
+            redis_client.connect_sync(redis_url, timeout_s=redis_client.COMMAND_TIMEOUT_S),
+            beat_every_s=beat_every_s,
+        )
 
     def present_as(self, beat: Callable[[], list[Command]], withdraw: Callable[[], list[Command]]) -> None:
         """What renewing the heartbeat sends, and what withdraws the worker as it exits (its

@@ -42,3 +42,16 @@ async def until_done(operation: Callable[[], Awaitable[T]], what: str) -> T:
             delay_s = backoff.next_delay_s()
             log.warning("Redis unavailable, retrying", what=what, error=str(exc), retry_in_s=delay_s)
             await asyncio.sleep(delay_s)
+
+
+async def best_effort(operation: Callable[[], Awaitable[object]], what: str, within_s: float) -> bool:
+    """:func:`until_done` for at most ``within_s``: whether ``operation`` completed. For a stopping
+    worker's last steps, which what outlives it (heartbeat TTLs, peers' reaping) also covers: a Redis
+    that stays away must not keep the process from ending."""
+    try:
+        async with asyncio.timeout(within_s):
+            await until_done(operation, what)
+            return True
+    except TimeoutError:
+        log.warning("Redis still unavailable, giving up", what=what, waited_s=within_s)
+        return False

@@ -1,0 +1,55 @@
+"""The inline runner: calls on the caller's thread, timed like the torch thread's, and a handler's
+``sys.exit()`` turned into HandlerExit."""
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from sluice_worker.broker.call_guard import CallGuard
+from sluice_worker.inline_runner import InlineRunner
+from sluice_worker.torch_thread import HandlerExit
+
+
+@pytest.fixture
+def runner() -> Iterator[InlineRunner]:
+    # The guard's client connects on first use: these calls never reach Redis.
+    guard = CallGuard(redis.Redis.from_url("redis://127.0.0.1:1"), beat_every_s=60.0)
+    inline = InlineRunner(guard)
+    try:
+        yield inline
+    finally:
+        inline.close()
+
+
+async def test_a_call_runs_on_the_callers_thread(runner: InlineRunner) -> None:
+    assert await runner.run(threading.current_thread) is threading.current_thread()
+
+
+async def test_calls_are_timed(runner: InlineRunner) -> None:
+    seen_busy: list[bool] = []
+
+    def work() -> str:
+        seen_busy.append(runner.busy)
+        time.sleep(0.05)
+        return "done"
+
+    assert await runner.run(work) == "done"
+    assert seen_busy == [True]
+    assert not runner.busy
+    assert runner.last_call_s >= 0.05
+    assert runner.busy_s() >= 0.05
+
+
+async def test_sys_exit_in_a_call_is_a_handler_exit(runner: InlineRunner) -> None:
+    with pytest.raises(HandlerExit) as caught:
+        await runner.run(sys.exit, 3)
+    assert isinstance(caught.value.cause, SystemExit)
+    assert not runner.busy
+
+
+async def test_an_exception_passes_through(runner: InlineRunner) -> None:
+    with pytest.raises(ValueError, match="bad input"):
+        await runner.run(int, "bad input")
