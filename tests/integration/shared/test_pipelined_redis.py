@@ -3,9 +3,11 @@ timeouts, outages and reconnection."""
 
 import asyncio
 import hashlib
+import time
 
 import pytest
 import redis.asyncio as aioredis
+import uvloop
 from sluice.redis.errors import RedisDown, ReplyError
 from sluice.redis.pipelined import Endpoint, PipelinedRedis
 
@@ -171,3 +173,22 @@ def test_redis_urls_are_read_as_redis_py_reads_them(url: str, expected: Endpoint
 def test_a_url_that_is_not_redis_is_refused(url: str) -> None:
     with pytest.raises(ValueError, match="Redis URL"):
         Endpoint.from_url(url)
+
+
+def test_a_reply_that_came_while_the_loop_was_stalled_is_not_overdue(redis_server: RedisServer) -> None:
+    # A worker's handler runs inline on the loop's thread: the read ahead sent before the call is
+    # answered at once, but the loop reads the answer only after the call, maybe past the command's
+    # timeout. The answer must win over the overdue deadline check: both loops read sockets before
+    # they run due timers (uvloop since libuv 1.45), which the inline worker relies on.
+    async def stalled_read() -> object:
+        client = PipelinedRedis(redis_server.url, timeout_s=0.3)
+        try:
+            assert await client.execute("PING") == b"PONG"
+            answer = client.send("ECHO", b"kept")
+            await asyncio.sleep(0)  # the command leaves in this turn's write
+            time.sleep(0.8)  # the loop is stalled past the timeout; the answer waits in the socket
+            return await answer
+        finally:
+            await client.close()
+
+    assert uvloop.run(stalled_read()) == b"kept"
