@@ -61,5 +61,12 @@ def find(pid: int, started: float | None, marker: str) -> psutil.Process | None:
         return None
 
 
+def shows_command_line(process: psutil.Process) -> bool:
+    try:
+        return bool(process.cmdline())
+    except psutil.Error:
+        return False
+
+
 def cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

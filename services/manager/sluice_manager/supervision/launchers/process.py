@@ -46,6 +46,8 @@ NAME = "process"
 # Details of a process worker's launch record.
 START_TIME = "process_start_time"
 MARKER = "marker"
+# How long adopting waits for a process to finish its exec and show its command line.
+EXEC_WAIT_S = 2.0
 
 
 @dataclass
@@ -62,6 +64,18 @@ def find_process(record: LaunchRecord) -> psutil.Process | None:
     started = record.details.get(START_TIME)
     marker = record.details.get(MARKER) or record.worker_id
     return local_process.find(int(record.handle), float(started) if started else None, marker)
+
+
+async def _find_after_exec(record: LaunchRecord) -> psutil.Process | None:
+    """:func:`find_process` once the process shows its command line: adopting must see the marker in
+    it, and a process still inside its exec shows none (``local_process.find`` then trusts the start
+    time, right for watching a worker this launcher started, not for taking one over)."""
+    deadline = time.monotonic() + EXEC_WAIT_S
+    while True:
+        process = find_process(record)
+        if process is None or local_process.shows_command_line(process) or time.monotonic() >= deadline:
+            return process
+        await asyncio.sleep(0.01)
 
 
 class ProcessLauncher:
@@ -161,7 +175,7 @@ class ProcessLauncher:
                 or record.worker_id in self._children
             ):
                 continue
-            process = find_process(record)
+            process = await _find_after_exec(record)
             if process is None:
                 continue
             if START_TIME not in record.details:  # found through its announcement: note what it is
