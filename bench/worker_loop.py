@@ -2,18 +2,20 @@
 ``--quick``).
 
 Two Sluice stacks serve the same archives: one runs plain batching's handler inline on the worker
-loop's thread (the default), the other on the torch thread (``SLUICE_INLINE_HANDLER=0``). In each
-round, in alternating order (A B, B A, ...), each stack gets the MLP (batch 1, one worker) at C=1 —
-p50, p99 and the worker's CPU per request — and the CNN (batch 8, fill, one worker) at C=16 for
-throughput; the other stack idles meanwhile. Prints a Markdown table (median of rounds, with the
-range) and writes ``bench/results/worker-loop-<timestamp>.json``. Not a test: nothing is asserted.
+loop's thread (``SLUICE_INLINE_HANDLER=true``), the other on the torch thread (``false``); by default
+(``auto``) the MLP, which does not batch, runs inline and the CNN, which does, on the torch thread.
+In each round, in alternating order (A B, B A, ...), each stack gets the MLP (batch 1, one worker)
+at C=1 (p50, p99 and the worker's CPU per request), then the MLP and the CNN (batch 8, fill, one
+worker) at C=16 for throughput; the other stack idles meanwhile. Prints a Markdown table (median of
+rounds, with the range) and writes ``bench/results/worker-loop-<timestamp>.json``. Not a test:
+nothing is asserted.
 """
 
 import argparse
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +33,8 @@ WORK = ROOT / ".work" / "worker-loop"
 RESULTS = ROOT / "results"
 MLP = Variant("mlp")
 CNN = Variant("cnn", batch_size=8)
-CNN_CONCURRENCY = 16
-STACKS = {"inline": "1", "torch thread": "0"}
+SATURATING_CONCURRENCY = 16
+STACKS = {"inline": "true", "torch thread": "false"}
 
 
 @dataclass(frozen=True)
@@ -74,26 +76,38 @@ def one_round(server: SluiceServer, requests: dict[str, bytes], sizes: Sizes) ->
     )  # fmt: skip
     # The warm-up's calls are in the CPU time as well: per request over every answer of the run.
     worker_ms = (_cpu_s(workers) - before) * 1000 / max(1, single.completed)
-    saturated = run_async(
-        grpc_unary_load(
-            target, PREDICTIONS_METHOD, requests[CNN.name], concurrency=CNN_CONCURRENCY,
-            duration_s=sizes.window_s, warmup_s=sizes.warmup_s,
+    saturated = {
+        variant.name: run_async(
+            grpc_unary_load(
+                target,
+                PREDICTIONS_METHOD,
+                requests[variant.name],
+                concurrency=SATURATING_CONCURRENCY,
+                duration_s=sizes.window_s,
+                warmup_s=sizes.warmup_s,
+            )
         )
-    )  # fmt: skip
+        for variant in (MLP, CNN)
+    }
     latency = latency_summary_ms(single.latencies_ns)
     return {
         "mlp_c1_p50_ms": latency["p50"],
         "mlp_c1_p99_ms": latency["p99"],
         "mlp_worker_cpu_ms_per_request": worker_ms,
-        "cnn_throughput_rps": saturated.throughput_rps,
-        "errors": sum(single.errors.values()) + sum(saturated.errors.values()),
+        "mlp_throughput_rps": saturated[MLP.name].throughput_rps,
+        "cnn_throughput_rps": saturated[CNN.name].throughput_rps,
+        "errors": sum(single.errors.values()) + sum(sum(r.errors.values()) for r in saturated.values()),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="two short rounds")
-    sizes = QUICK if parser.parse_args().quick else Sizes()
+    parser.add_argument("--rounds", type=int, help="rounds instead of the preset's")
+    args = parser.parse_args()
+    sizes = QUICK if args.quick else Sizes()
+    if args.rounds:
+        sizes = replace(sizes, rounds=args.rounds)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     WORK.mkdir(parents=True, exist_ok=True)
     store = WORK / "store"
@@ -121,9 +135,10 @@ def main() -> None:
 def report(sizes: Sizes, rows: dict[str, list[dict[str, Any]]]) -> None:
     print(
         "\n| handler runs | MLP C=1 p50 ms | MLP C=1 p99 ms | MLP worker CPU ms/request "
-        f"| CNN b8 req/s at C={CNN_CONCURRENCY} | failed calls |"
+        f"| MLP req/s at C={SATURATING_CONCURRENCY} | CNN b8 req/s at C={SATURATING_CONCURRENCY} "
+        "| failed calls |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name, measured in rows.items():
         cells = [
             spread(row[key] for row in measured).format(digits)
@@ -131,6 +146,7 @@ def report(sizes: Sizes, rows: dict[str, list[dict[str, Any]]]) -> None:
                 ("mlp_c1_p50_ms", 2),
                 ("mlp_c1_p99_ms", 2),
                 ("mlp_worker_cpu_ms_per_request", 2),
+                ("mlp_throughput_rps", 0),
                 ("cnn_throughput_rps", 1),
             )
         ]

@@ -1,5 +1,5 @@
-"""The inline runner: calls on the caller's thread, timed like the torch thread's, and a handler's
-``sys.exit()`` turned into HandlerExit."""
+"""The inline runner: calls on the caller's thread, timed like the torch thread's, a handler's
+``sys.exit()`` turned into HandlerExit; and which versions get it."""
 
 import sys
 import threading
@@ -8,9 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from sluice.registry.records import VersionRecord
 from sluice_worker.broker.call_guard import CallGuard
 from sluice_worker.inline_runner import InlineRunner
-from sluice_worker.torch_thread import HandlerExit
+from sluice_worker.modes import runner_for
+from sluice_worker.settings import WorkerSettings
+from sluice_worker.torch_thread import HandlerExit, TorchThread
 
 
 @pytest.fixture
@@ -53,3 +56,33 @@ async def test_sys_exit_in_a_call_is_a_handler_exit(runner: InlineRunner) -> Non
 async def test_an_exception_passes_through(runner: InlineRunner) -> None:
     with pytest.raises(ValueError, match="bad input"):
         await runner.run(int, "bad input")
+
+
+@pytest.mark.parametrize(
+    ("setting", "batch_size", "mode", "inline"),
+    [
+        ("auto", 1, "", True),
+        ("auto", 8, "", False),
+        ("true", 8, "", True),
+        ("false", 1, "", False),
+        ("true", 1, "continuous_batching", False),
+        ("true", 1, "async_communication", False),
+    ],
+)
+def test_where_the_handler_runs(setting: str, batch_size: int, mode: str, inline: bool) -> None:
+    record = VersionRecord(
+        model_name="m", version="1.0", model_url="m.mar", model_dir="/m", handler="h.py",
+        batch_size=batch_size, continuous_batching=mode == "continuous_batching",
+        async_communication=mode == "async_communication",
+    )  # fmt: skip
+    settings = WorkerSettings(
+        model_name="m", model_version="1.0", redis_url="redis://127.0.0.1:1", inline_handler=setting
+    )
+    torch_thread = TorchThread()
+    runner = runner_for(settings, record, torch_thread)
+    try:
+        assert isinstance(runner, InlineRunner) is inline
+        assert (runner is torch_thread) is not inline
+    finally:
+        runner.close()
+        torch_thread.close()
