@@ -13,6 +13,7 @@ thread is inside a handler call, what that loop cannot do then.
 Its Redis client is redis-py's synchronous one, used by no other part of the worker.
 """
 
+import contextvars
 import os
 import sys
 import threading
@@ -46,6 +47,8 @@ class _Watch:
     exit_code: ExitCode
     # When the heartbeat was last renewed for this call (its start, to begin with).
     beaten_at: float
+    # The caller's context: the guard's log lines carry its model, version, worker and request ids.
+    context: contextvars.Context
 
 
 class CallGuard:
@@ -91,7 +94,7 @@ class CallGuard:
         """Guard the call made inside: past ``timeout_s`` the commands ``give_up`` returns are run
         and the process exits with ``exit_code``."""
         now = time.monotonic()
-        self._watch = _Watch(now + timeout_s, give_up, exit_code, now)
+        self._watch = _Watch(now + timeout_s, give_up, exit_code, now, contextvars.copy_context())
         try:
             yield
         finally:
@@ -122,11 +125,11 @@ class CallGuard:
                 continue
             now = time.monotonic()
             if now >= watch.deadline:
-                self._expire(watch)
+                watch.context.run(self._expire, watch)
                 return
             if now - watch.beaten_at >= self._beat_every_s:
                 watch.beaten_at = now
-                self._renew_heartbeat()
+                watch.context.run(self._renew_heartbeat)
 
     def _renew_heartbeat(self) -> None:
         try:
