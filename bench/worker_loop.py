@@ -2,8 +2,8 @@
 ``--quick``).
 
 Two Sluice stacks serve the same archives: one runs plain batching's handler inline on the worker
-loop's thread (``SLUICE_INLINE_HANDLER=true``), the other on the torch thread (``false``); by default
-(``auto``) the MLP, which does not batch, runs inline and the CNN, which does, on the torch thread.
+loop's thread (``SLUICE_INLINE_HANDLER=true``, the default), the other on the torch thread
+(``false``).
 In each round, in alternating order (A B, B A, ...), each stack gets the MLP (batch 1, one worker)
 at C=1 (p50, p99 and the worker's CPU per request), then the MLP and the CNN (batch 8, fill, one
 worker) at C=16 for throughput; the other stack idles meanwhile. Prints a Markdown table (median of

@@ -34,18 +34,13 @@ def runner_for(
     settings: WorkerSettings, record: VersionRecord, torch_thread: TorchThread
 ) -> TorchThread | InlineRunner:
     """Where the handler runs (see :mod:`.inline_runner`): inline on this loop's thread for plain
-    batching of a stateless version that does not batch (``inline_handler`` "auto"; "true": batching
-    ones too), else on the torch thread.
+    batching of a stateless version (unless ``inline_handler`` is off), else on the torch thread.
 
-    Why not every version: inline, nothing overlaps a call, and a heavy call's version loses what
-    the torch thread overlaps with it (reading and decoding the next batch, sending replies). Measured
-    (bench-worker-loop): the MLP without batching at C=1 and at C=16 gains with inline, the CNN with
-    batch 8 at C=16 loses ~6%."""
+    Inline, nothing overlaps a call: a heavy one loses what the torch thread overlaps with it (the
+    next batch read and decoded, replies sent). Measured (bench-worker-loop): the MLP gains at C=1 and
+    at C=16; the CNN with batch 8 at C=16 is within a few percent either way."""
     plain = not (record.continuous_batching or record.async_communication or record.stateful)
-    wanted = settings.inline_handler == "true" or (
-        settings.inline_handler == "auto" and record.batch_size <= 1
-    )
-    if not (plain and wanted):
+    if not (plain and settings.inline_handler):
         return torch_thread
     return InlineRunner(CallGuard.connect(settings.redis_url, beat_every_s=settings.heartbeat_interval_s))
 

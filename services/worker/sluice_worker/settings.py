@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from sluice.registry import names
 from sluice.settings.common import CommonSettings
@@ -67,10 +67,9 @@ class WorkerSettings(CommonSettings):
     # TorchServe's key: a metric a handler records that metrics_config does not declare is exported
     # with the kind, unit and dimensions its first line gives (off: it is dropped).
     model_metrics_auto_detect: bool = False
-    # Where plain batching of a stateless version runs its handler (sluice_worker.modes.runner_for):
-    # "auto" inline on the worker loop's own thread when the version does not batch (batchSize 1) and
-    # on the torch thread when it does; "true" always inline; "false" always on the torch thread.
-    inline_handler: Literal["auto", "true", "false"] = "auto"
+    # Plain batching of a stateless version runs its handler inline on the worker loop's own thread
+    # (sluice_worker.modes.runner_for); off: on the torch thread, as the other modes do.
+    inline_handler: bool = True
 
     def check(self) -> None:
         # These end up inside Redis keys and log lines.

@@ -36,7 +36,7 @@ def versions(
 ) -> Iterator[dict[str, VersionRecord]]:
     """Version "fill" (batch 4, TorchServe's rule), version "eager" (batch 4, never waits), version
     "slow" (eager, every batch takes SLOW_BATCH_S) and "slow-thread", the same on the torch thread
-    (the others run their handler inline, asked for: batching versions default to the torch thread)."""
+    (the others run their handler inline, the default)."""
     root = tmp_path_factory.mktemp("models")
     records = {
         "fill": register_sync(
@@ -59,7 +59,7 @@ def versions(
     workers = [
         WorkerProcess(
             module_redis.url, MODEL, version, root,
-            env={"SLUICE_INLINE_HANDLER": "false" if version == "slow-thread" else "true"},
+            env={"SLUICE_INLINE_HANDLER": "false"} if version == "slow-thread" else None,
         ).start()
         for version in records
     ]  # fmt: skip

@@ -61,15 +61,14 @@ async def test_an_exception_passes_through(runner: InlineRunner) -> None:
 @pytest.mark.parametrize(
     ("setting", "batch_size", "mode", "inline"),
     [
-        ("auto", 1, "", True),
-        ("auto", 8, "", False),
-        ("true", 8, "", True),
-        ("false", 1, "", False),
-        ("true", 1, "continuous_batching", False),
-        ("true", 1, "async_communication", False),
+        (True, 1, "", True),
+        (True, 8, "", True),
+        (False, 1, "", False),
+        (True, 1, "continuous_batching", False),
+        (True, 1, "async_communication", False),
     ],
 )
-def test_where_the_handler_runs(setting: str, batch_size: int, mode: str, inline: bool) -> None:
+def test_where_the_handler_runs(setting: bool, batch_size: int, mode: str, inline: bool) -> None:
     record = VersionRecord(
         model_name="m", version="1.0", model_url="m.mar", model_dir="/m", handler="h.py",
         batch_size=batch_size, continuous_batching=mode == "continuous_batching",
