@@ -250,7 +250,7 @@ async def _ready(
     if record.stateful:
         source = SequenceJobSource(redis, hot, record, worker_id)
         await until_done(source.start, "find the sequence inboxes")
-        assert isinstance(runner, TorchThread)  # stateful models do not run inline (_runner)
+        assert isinstance(runner, TorchThread)  # stateful models do not run inline (modes.runner_for)
         sequences = SequenceStates(runtime.sequence_hooks(service), record.sequence_state_max_bytes, runner)
     else:
         source = await _job_queue_source(redis, hot, record, worker_id, settings)
@@ -288,6 +288,7 @@ async def _ready(
         batch_size=record.batch_size,
         policy=record.batch_policy.value,
         mode=type(worker).__name__,
+        handler_thread="inline" if isinstance(runner, InlineRunner) else "torch",
     )
     return _Started(
         worker_id, worker, presence, source, runner, saves_state=bool(sequences and sequences.saves_state)
