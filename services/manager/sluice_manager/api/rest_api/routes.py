@@ -18,8 +18,9 @@ MODELS = "/models"
 MODEL = "/models/{model}"
 VERSION = "/models/{model}/{version}"
 SET_DEFAULT = "/models/{model}/{version}/set-default"
-# Sluice's canary: PUT a JSON object {version: weight} ({} clears). Routed before /models/{m}/{v}, so a
-# version named "set-weights" has no REST describe/scale/unregister (gRPC still reaches it).
+# Sluice's canary: PUT a JSON object {version: weight} ({} clears). Routed before /models/{m}/{v}: a PUT
+# there sets weights, so a version named "set-weights" is scaled over gRPC only (aiohttp goes on to
+# /models/{m}/{v} for the other methods: GET and DELETE still reach it).
 SET_WEIGHTS = "/models/{model}/set-weights"
 KSERVE_V1_MODEL = "/v1/models/{model}"
 
