@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from bench.collectors import cpu_seconds
 from bench.loadgen import grpc_unary_load, run_async
 from bench.models import Variant, build_archives
 from bench.payloads import PREDICTIONS_METHOD, predictions_request, tensor_bytes
@@ -57,11 +58,7 @@ def _workers(server: SluiceServer, model: str) -> list[psutil.Process]:
 
 
 def _cpu_s(processes: list[psutil.Process]) -> float:
-    total = 0.0
-    for process in processes:
-        times = process.cpu_times()
-        total += times.user + times.system
-    return total
+    return cpu_seconds({"workers": processes})["workers"]
 
 
 def one_round(server: SluiceServer, requests: dict[str, bytes], sizes: Sizes) -> dict[str, Any]:
