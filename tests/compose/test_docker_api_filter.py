@@ -26,6 +26,10 @@ def status(method, path, body=None):
     response.read()
     return response.status
 
+def create_service(container_spec, task_extra=None):
+    spec = {"ContainerSpec": {"Image": "local/base:bookworm", **container_spec}, **(task_extra or {})}
+    return status("POST", "/v1.41/services/create", json.dumps({"TaskTemplate": spec}).encode())
+
 def create(name, host_config, raw=None):
     body = raw or json.dumps({"Image": "local/base:bookworm", "Cmd": ["true"], "HostConfig": host_config})
     return status("POST", f"/v1.41/containers/create?name={name}", body.encode())
@@ -48,6 +52,16 @@ print(json.dumps({
     "cap_add": create("p8", {"CapAdd": ["SYS_ADMIN"]}),
     "seccomp_unconfined": create("p9", {"SecurityOpt": ["seccomp=unconfined"]}),
     "escaped_key": create("p10", {}, raw='{"Image": "x", "HostConfig": {"\\u0050rivileged": true}}'),
+    # The swarm launcher's calls pass (this engine is no swarm manager: it answers 503 itself).
+    "services": status("GET", "/v1.41/services"),
+    "tasks": status("GET", "/v1.41/tasks"),
+    "benign_service": create_service({"ReadOnly": True}),
+    "service_update": status("POST", "/v1.41/services/x/update?version=1", b"{}"),
+    "node_update": status("POST", "/v1.41/nodes/x/update?version=1", b"{}"),
+    "service_cap_add": create_service({"CapabilityAdd": ["SYS_ADMIN"]}),
+    "service_bind": create_service({"Mounts": [{"Type": "bind", "Source": "/", "Target": "/host"}]}),
+    "service_seccomp": create_service({"Privileges": {"Seccomp": {"Mode": "unconfined"}}}),
+    "service_host_network": create_service({}, {"Networks": [{"Target": "host"}]}),
 }))
 """
 
@@ -60,5 +74,7 @@ def test_only_the_launchers_calls_pass_and_no_container_reaches_the_host(stack: 
     finally:
         docker("rm", "-f", name, check=False)
     assert (statuses.pop("version"), statuses.pop("list"), statuses.pop("benign")) == (200, 200, 201)
+    swarm_calls = [statuses.pop(call) for call in ("services", "tasks", "benign_service")]
+    assert 403 not in swarm_calls, swarm_calls
     assert statuses == dict.fromkeys(statuses, 403)
-    assert len(statuses) == 13
+    assert len(statuses) == 19

@@ -50,6 +50,9 @@ class LauncherUnderTest:
     # launcher's child).
     stopped_codes: frozenset[int | None] = frozenset({0})
     killed_codes: frozenset[int | None] = frozenset({-9})
+    # False for a launcher that cannot measure its workers (swarm: containers on other nodes); its
+    # usage() must then be empty, and Describe shows what workers report of themselves.
+    measures_usage: bool = True
     launchers: list[Launcher] = field(default_factory=list)
 
     async def new(self) -> Launcher:
@@ -191,6 +194,9 @@ async def capacity_and_usage_are_reported(under: LauncherUnderTest) -> None:
     assert capacity.cpus >= 1
     assert capacity.host == under.host
     record = await launcher.start(spec(under.host, "9007"))
+    if not under.measures_usage:
+        assert await launcher.usage([record]) == {}
+        return
 
     async def measured() -> bool:
         usage = await launcher.usage([record])

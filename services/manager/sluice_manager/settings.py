@@ -69,6 +69,8 @@ class ManagerSettings(AuthSettings, TlsSettings):
         "sluice_docker_network": "docker_network",
         "sluice_docker_model_cache_volume": "docker_model_cache_volume",
         "sluice_docker_read_only_root": "docker_read_only_root",
+        "sluice_swarm_constraints": "swarm_constraints",
+        "sluice_swarm_gpu_kind": "swarm_gpu_kind",
         "sluice_artifact_address": "artifact_address",
         "sluice_artifact_url": "artifact_url",
         "sluice_worker_python": "worker_python",
@@ -133,7 +135,7 @@ class ManagerSettings(AuthSettings, TlsSettings):
     # Port of the private Redis `sluice start` runs (read by the CLI; the manager only logs it).
     redis_port: int = 6399
 
-    launcher: Literal["process", "docker", "external"] = "process"
+    launcher: Literal["process", "docker", "swarm", "external"] = "process"
     # Labels every container of this manager cluster (io.sluice.cluster); "" takes the one kept in
     # Redis (made by the first manager), so managers sharing a Redis share it and other stacks differ.
     cluster_id: Annotated[str, Bounds(pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}|")] = ""
@@ -145,6 +147,12 @@ class ManagerSettings(AuthSettings, TlsSettings):
     docker_network: str = ""
     docker_model_cache_volume: str = "sluice-model-cache"
     docker_read_only_root: bool = True
+    # The swarm launcher (it also takes the docker_* settings above; the network must be an attachable
+    # overlay): placement constraints of every worker service, comma-separated as
+    # `docker service create --constraint` takes them ("node.labels.gpu==true"), and the generic
+    # resource kind under which the nodes advertise their GPUs (number_of_gpu: how many in all).
+    swarm_constraints: str = ""
+    swarm_gpu_kind: Annotated[str, Bounds(pattern=r"[A-Za-z0-9_.-]+")] = "NVIDIA-GPU"
     # Worker containers' environment beyond Redis and logging: comma-separated NAME=VALUE, or NAME to
     # copy the manager's own value.
     worker_env: str = ""

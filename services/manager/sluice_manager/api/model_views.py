@@ -30,6 +30,8 @@ class WorkerView:
     # its container ("" for a process).
     host: str = ""
     container: str = ""
+    # The cluster node (a swarm worker's), "" elsewhere.
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def timestamp(unix_ms: int) -> str:
 
 def worker_json(worker: WorkerView) -> Json:
     """TorchServe's worker object; a container worker also says where it runs (``host``: the engine,
-    ``container``: its short id)."""
+    ``container``: its short id), a swarm worker the node Swarm placed it on (``node``)."""
     entry: Json = {
         "id": worker.worker_id,
         "startTime": timestamp(worker.started_unix_ms),
@@ -93,6 +95,8 @@ def worker_json(worker: WorkerView) -> Json:
     if worker.container:
         entry["host"] = worker.host
         entry["container"] = worker.container
+    if worker.node:
+        entry["node"] = worker.node
     return entry
 
 

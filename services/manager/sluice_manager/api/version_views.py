@@ -14,7 +14,7 @@ from sluice.registry.records import VersionRecord, WorkerStatus
 
 from sluice_manager.api.model_views import VersionView, WorkerView
 from sluice_manager.stores import Stores
-from sluice_manager.supervision.launchers.base import CONTAINER, LaunchRecord, Usage
+from sluice_manager.supervision.launchers.base import CONTAINER, NODE, LaunchRecord, Usage
 from sluice_manager.supervision.worker_state import AnnouncedWorker, WorkerStateStore
 
 # What the launcher measures of the given workers (by worker id).
@@ -55,6 +55,7 @@ def worker_views(
             host, started, reported_memory = launch.host, launch.started_unix_ms, 0
         measured = usage.get(worker_id)
         container = launch.details.get(CONTAINER, "") if launch is not None else ""
+        node = launch.details.get(NODE, "") if launch is not None else ""
         views.append(
             WorkerView(
                 worker_id=worker_id,
@@ -66,6 +67,7 @@ def worker_views(
                 gpu_usage=gpu_usage_text(seen),
                 host=launch.host if launch is not None and container else host,
                 container=container,
+                node=node,
             )
         )
     return tuple(views)

@@ -66,9 +66,11 @@ class WorkerSpec:
         return args
 
 
-# Details launchers record where they apply: a container's short id (Describe shows it), and the
-# file a worker's output goes to (`sluice start` shows its tail when a startup model fails).
+# Details launchers record where they apply: a container's short id and the cluster node a worker
+# runs on (Describe shows them), and the file a worker's output goes to (`sluice start` shows its
+# tail when a startup model fails).
 CONTAINER = "container"
+NODE = "node"
 LOG_PATH = "log_path"
 
 

@@ -10,7 +10,7 @@ from sluice.log import get_logger
 
 from sluice_manager.settings import ManagerSettings
 from sluice_manager.supervision import gpus
-from sluice_manager.supervision.launchers import docker, external, process
+from sluice_manager.supervision.launchers import docker, external, process, swarm
 from sluice_manager.supervision.launchers.base import Launcher
 from sluice_manager.supervision.launchers.standby import Standby
 
@@ -129,10 +129,38 @@ async def _docker(context: LauncherContext) -> Launcher:
     return docker.DockerLauncher(client, config)
 
 
+async def _swarm(context: LauncherContext) -> Launcher:
+    import aiodocker
+
+    settings = context.settings
+    if not settings.docker_network:
+        raise OSError("the swarm launcher needs sluice_docker_network: the overlay network workers join")
+    env = {
+        **worker_settings_env(settings),
+        **tracing_env(context.environ),
+        **extra_worker_env(settings.worker_env, context.environ),
+    }
+    env["SLUICE_LOG_FORMAT"] = "json"
+    config = swarm.SwarmConfig(
+        image=settings.worker_image,
+        cluster_id=context.cluster_id,
+        network=settings.docker_network,
+        env=env,
+        cache_volume=settings.docker_model_cache_volume,
+        read_only_root=settings.docker_read_only_root,
+        constraints=tuple(c.strip() for c in settings.swarm_constraints.split(",") if c.strip()),
+        gpu_ids=tuple(range(settings.number_of_gpu or 0)),
+        gpu_kind=settings.swarm_gpu_kind,
+        stop_grace_s=settings.worker_stop_timeout_s,
+    )
+    return swarm.SwarmLauncher(aiodocker.Docker(url=settings.docker_host or None), config)
+
+
 FACTORIES: dict[str, Factory] = {
     process.NAME: _process,
     external.NAME: _external,
     docker.NAME: _docker,
+    swarm.NAME: _swarm,
 }
 
 

@@ -1,0 +1,546 @@
+"""The ``swarm`` launcher: workers as Docker Swarm services, placed by Swarm over the swarm's nodes.
+
+The manager talks to a swarm manager's Engine API (``aiodocker``, as the docker launcher does, through
+the same filtered proxy). Each worker is **one service with one replica**, labelled
+``io.sluice.cluster`` / ``io.sluice.model`` / ``io.sluice.version`` / ``io.sluice.worker``, so
+``docker service ls --filter label=io.sluice.version=1.0`` lists a version's workers and Swarm spreads
+them over the nodes (its scheduler balances tasks per node).
+
+Why a service per worker rather than one service per version with ``replicas`` = its worker count:
+the reconciler decides *which* worker drains when a version scales down (an idle one, never one that
+holds a sequence), and a worker's id is its consumer name in the version's job stream. Swarm's
+scale-down picks the task to stop by node balance, and the replica that replaces a task would need an
+id of its own; a service per worker keeps both decisions with the reconciler and still leaves
+placement, rescheduling onto live nodes and image distribution to Swarm.
+
+- **Restart**: the services have no restart policy (``Condition: none``): as with containers, the
+  manager restarts workers (TorchServe's backoff), each time as a new worker and a new service.
+- **Exits**: a worker has ended when the task it was started with is past ``running`` (its exit code
+  read from the task), when that task is gone, or when the node it runs on is ``down`` (the engine
+  still shows a dead node's task as running). Found by polling the task list every
+  :data:`POLL_S` (Swarm has no task events), and on every :meth:`SwarmLauncher.states`.
+- **Stopping** removes the service: the node's engine sends SIGTERM, then SIGKILL after the service's
+  stop grace period (the manager's ``worker_stop_timeout_s``). A "kill" can do no better than that
+  through the swarm API: the manager cannot signal a container on another node.
+- **Spread**: Swarm's scheduler balances the *tasks* per node, whatever they run (the stack's own
+  services count as much as a worker), so by itself it may leave a node without a worker or put a
+  version's workers together. The launcher places a CPU worker itself, with a ``node.id``
+  constraint: on the node that takes tasks and holds the fewest workers of that version, then the
+  fewest workers of this cluster (:func:`pick_node`). With GPUs (generic resources) or configured
+  constraints Swarm's scheduler places the worker: only it knows which node has room.
+- **Node**: :meth:`SwarmLauncher.start` waits (bounded) for Swarm to assign the task, and records
+  the node, whose hostname DescribeModel shows.
+- **Memory**: containers on other nodes cannot be measured from the manager: Describe shows what each
+  worker reports of itself.
+- **GPUs**: a GPU placement reserves one generic resource of the configured kind (``NVIDIA-GPU``,
+  advertised by the nodes' engines); the container sees the GPU Swarm gave it as device 0.
+"""
+
+import asyncio
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiodocker
+from aiodocker.exceptions import DockerError
+from sluice.log import get_logger
+
+from sluice_manager.supervision.launchers.base import (
+    NODE,
+    Capacity,
+    LaunchRecord,
+    Placement,
+    RunState,
+    Usage,
+    WorkerExit,
+    WorkerSpec,
+)
+from sluice_manager.supervision.launchers.docker import (
+    LABEL_CLUSTER,
+    LABEL_MODEL,
+    LABEL_VERSION,
+    LABEL_WORKER,
+    labels,
+)
+
+log = get_logger(__name__)
+
+NAME = "swarm"
+HOST = "swarm"
+# Details of a swarm worker's launch record.
+SERVICE_NAME = "service_name"
+TASK = "task"
+NODE_ID = "node_id"
+POLL_S = 1.0
+# How long start() waits for Swarm to give the task a node.
+ASSIGN_WAIT_S = 10.0
+# Task states a worker has not ended in (Swarm's task state machine up to `running`).
+LIVE_STATES = frozenset(
+    {"new", "allocated", "pending", "assigned", "accepted", "preparing", "ready", "starting", "running"}
+)
+# Swarm service names are DNS name components: letters, digits and "-", at most 63 characters.
+_NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9-]")
+NAME_MAX = 63
+
+
+@dataclass(frozen=True)
+class SwarmConfig:
+    """What every worker service gets."""
+
+    image: str
+    cluster_id: str
+    command: tuple[str, ...] = ("python", "-m", "sluice_worker")
+    # The attachable overlay network the workers join (Redis and the manager must be on it).
+    network: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    # Named volume for downloaded models, one per node ("" for none).
+    cache_volume: str = ""
+    cache_path: str = "/var/cache/sluice"
+    read_only_root: bool = True
+    # Placement constraints, as `docker service create --constraint` takes them.
+    constraints: tuple[str, ...] = ()
+    # GPUs the swarm's nodes advertise in all, and the generic resource kind they advertise them as.
+    gpu_ids: tuple[int, ...] = ()
+    gpu_kind: str = "NVIDIA-GPU"
+    stop_grace_s: float = 30.0
+    log_max_bytes: int = 10 * 1024 * 1024
+    log_files: int = 3
+
+
+def service_name(cluster_id: str, spec: WorkerSpec) -> str:
+    """Unique per cluster and worker (the worker id comes first, so truncation never drops it)."""
+    raw = f"sluice-{cluster_id[:16]}-w{spec.worker_id}-{spec.model_name}-{spec.version}"
+    return _NAME_UNSAFE.sub("-", raw)[:NAME_MAX].rstrip("-")
+
+
+def service_spec(config: SwarmConfig, spec: WorkerSpec, node_id: str = "") -> dict[str, Any]:
+    """The Engine API's create body for ``spec``'s worker service, on ``node_id`` when given (pure,
+    unit-tested)."""
+    gpu = spec.placement.gpu_id
+    mounts: list[dict[str, Any]] = [
+        {"Type": "tmpfs", "Target": "/tmp"},
+        {"Type": "tmpfs", "Target": "/home/sluice"},
+    ]
+    if config.cache_volume:
+        mounts.append({"Type": "volume", "Source": config.cache_volume, "Target": config.cache_path})
+    env = {**config.env, "SLUICE_MODEL_CACHE_DIR": config.cache_path}
+    container: dict[str, Any] = {
+        "Image": config.image,
+        # The container sees the one GPU Swarm gave it as device 0.
+        "Command": [*config.command, *spec.arguments(gpu_id=0 if gpu is not None else None)],
+        "Env": [f"{key}={value}" for key, value in sorted(env.items())],
+        "Labels": labels(config.cluster_id, spec),
+        "Init": True,
+        "ReadOnly": config.read_only_root,
+        "Mounts": mounts,
+        "CapabilityDrop": ["ALL"],
+        "StopGracePeriod": int(config.stop_grace_s * 1e9),
+    }
+    resources: dict[str, Any] = {}
+    limits: dict[str, int] = {}
+    if spec.limits.cpus > 0:
+        limits["NanoCPUs"] = int(spec.limits.cpus * 1e9)
+    if spec.limits.memory_bytes > 0:
+        limits["MemoryBytes"] = spec.limits.memory_bytes
+    if limits:
+        resources["Limits"] = limits
+    if gpu is not None:
+        resources["Reservations"] = {
+            "GenericResources": [{"DiscreteResourceSpec": {"Kind": config.gpu_kind, "Value": 1}}]
+        }
+    template: dict[str, Any] = {
+        "ContainerSpec": container,
+        "Resources": resources,
+        "RestartPolicy": {"Condition": "none"},
+        "Placement": {"Constraints": [*config.constraints, *([f"node.id=={node_id}"] if node_id else [])]},
+        "LogDriver": {
+            "Name": "json-file",
+            "Options": {"max-size": str(config.log_max_bytes), "max-file": str(config.log_files)},
+        },
+    }
+    if config.network:
+        template["Networks"] = [{"Target": config.network}]
+    return {
+        "Name": service_name(config.cluster_id, spec),
+        "Labels": labels(config.cluster_id, spec),
+        "TaskTemplate": template,
+        "Mode": {"Replicated": {"Replicas": 1}},
+        # No IPVS needed: workers are reached by no one, they reach Redis and the manager.
+        "EndpointSpec": {"Mode": "dnsrr"},
+    }
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """The facts of one task the launcher acts on."""
+
+    task_id: str
+    service_id: str
+    state: str
+    desired: str
+    node_id: str
+    exit_code: int | None
+    error: str
+
+    @classmethod
+    def of(cls, task: Mapping[str, Any]) -> "TaskView":
+        status = task.get("Status") or {}
+        container = status.get("ContainerStatus") or {}
+        code = container.get("ExitCode")
+        return cls(
+            task_id=str(task.get("ID", "")),
+            service_id=str(task.get("ServiceID", "")),
+            state=str(status.get("State", "")),
+            desired=str(task.get("DesiredState", "")),
+            node_id=str(task.get("NodeID", "")),
+            # The engine reports 0 for a task that has not ended.
+            exit_code=int(code) if code is not None and status.get("State") not in LIVE_STATES else None,
+            error=str(status.get("Err", "")),
+        )
+
+
+def ended(task: TaskView | None, down_nodes: set[str], pinned_node: str = "") -> WorkerExit | None:
+    """How the worker whose task is ``task`` ended, or None while it lives (``worker_id`` left "":
+    the caller knows it). A task waiting for the node it is pinned to dies with that node."""
+    if task is None:
+        return WorkerExit("", None, "task gone")
+    if task.state not in LIVE_STATES:
+        return WorkerExit("", task.exit_code, task.error or f"task {task.state}")
+    if (task.node_id or pinned_node) in down_nodes:
+        return WorkerExit("", None, "node down")
+    return None
+
+
+def pick_node(nodes: Sequence[Mapping[str, Any]], live: Sequence[LaunchRecord], spec: WorkerSpec) -> str:
+    """The id of the node for ``spec``'s worker: of the nodes that take tasks, the one with the fewest
+    workers of its version, then the fewest of ``live`` (this cluster's running workers), then the
+    lowest hostname; "" when no node takes tasks."""
+    version = (spec.model_name, spec.version)
+    per_version: Counter[str] = Counter()
+    per_node: Counter[str] = Counter()
+    for record in live:
+        node = record.details.get(NODE_ID, "")
+        per_node[node] += 1
+        if (record.model_name, record.version) == version:
+            per_version[node] += 1
+    candidates = [(str(node["ID"]), _hostname(node)) for node in nodes if _takes_tasks(node)]
+    if not candidates:
+        return ""
+    return min(candidates, key=lambda c: (per_version[c[0]], per_node[c[0]], c[1]))[0]
+
+
+@dataclass
+class _Watched:
+    record: LaunchRecord
+    exited: bool = False
+
+
+class SwarmLauncher:
+    name = NAME
+    can_start = True
+    # Services outlive the manager: a restarted manager adopts them (`make swarm-down` removes them).
+    workers_outlive_manager = True
+
+    def __init__(self, docker: aiodocker.Docker, config: SwarmConfig) -> None:
+        self._docker = docker
+        self._config = config
+        self._watched: dict[str, _Watched] = {}
+        self._exits: asyncio.Queue[WorkerExit] = asyncio.Queue()
+        self._poller: asyncio.Task[None] | None = None
+        # One look at the swarm at a time: the poller and states() report each exit once.
+        self._look = asyncio.Lock()
+
+    # Lifecycle -----------------------------------------------------------------------------------
+    async def prepare(self) -> None:
+        try:
+            info = await self._docker.system.info()
+        except DockerError as exc:
+            raise OSError(f"the swarm manager's engine answers: {exc.message}") from exc
+        swarm = info.get("Swarm") or {}
+        if swarm.get("LocalNodeState") != "active" or not swarm.get("ControlAvailable"):
+            raise OSError(
+                f"the engine {info.get('Name', '?')} is not a swarm manager "
+                f"(swarm state {swarm.get('LocalNodeState') or 'inactive'}): the swarm launcher needs one"
+            )
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll(), name="swarm-tasks")
+        capacity = await self.capacity()
+        log.info("swarm ready", nodes=len(await self._nodes()), cpus=capacity.cpus, image=self._config.image,
+                 network=self._config.network or "none", cluster=self._config.cluster_id)  # fmt: skip
+
+    async def capacity(self) -> Capacity:
+        """The cores of the nodes that take tasks (ready and active), as one pool."""
+        nanos = sum(
+            int(((node.get("Description") or {}).get("Resources") or {}).get("NanoCPUs") or 0)
+            for node in await self._nodes()
+            if _takes_tasks(node)
+        )
+        return Capacity(host=HOST, cpus=max(1, nanos // 1_000_000_000), gpu_ids=self._config.gpu_ids)
+
+    async def aclose(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.wait([self._poller], timeout=5.0)
+            self._poller = None
+        await self._docker.close()
+
+    # Workers -------------------------------------------------------------------------------------
+    async def start(self, spec: WorkerSpec) -> LaunchRecord:
+        pinned = ""
+        if spec.placement.gpu_id is None and not self._config.constraints:
+            live = [w.record for w in self._watched.values() if not w.exited]
+            pinned = pick_node(await self._nodes(), live, spec)
+        body = service_spec(self._config, spec, pinned)
+        name = body["Name"]
+        try:
+            created = await self._docker._query_json("services/create", method="POST", data=_json(body))
+        except DockerError as exc:
+            raise OSError(f"cannot create worker service {name}: {exc.message}") from exc
+        service_id = str(created["ID"])
+        task = await self._first_task(service_id)
+        if task is None:
+            await self._remove(service_id)
+            raise OSError(f"swarm made no task for worker service {name} in {ASSIGN_WAIT_S:.0f} s")
+        node_id = task.node_id or pinned
+        node = await self._node_name(node_id)
+        record = LaunchRecord(
+            worker_id=spec.worker_id,
+            model_name=spec.model_name,
+            version=spec.version,
+            launcher=self.name,
+            handle=service_id,
+            placement=spec.placement,
+            started_unix_ms=int(time.time() * 1000),
+            details={SERVICE_NAME: name, TASK: task.task_id, NODE: node, NODE_ID: node_id},
+        )
+        self._watched[spec.worker_id] = _Watched(record)
+        log.info("worker service created", model=spec.model_name, version=spec.version,
+                 worker=spec.worker_id, service=name, node=node or "unassigned")  # fmt: skip
+        return record
+
+    async def stop(self, worker_id: str, *, graceful: bool) -> None:
+        watched = self._watched.get(worker_id)
+        if watched is None or watched.exited:
+            return
+        # Graceful or not, removing the service is all the swarm API offers (see the module's notes).
+        await self._remove(watched.record.handle)
+
+    async def states(self) -> dict[str, RunState]:
+        await self._look_for_exits()
+        return {
+            worker_id: RunState.EXITED if watched.exited else RunState.RUNNING
+            for worker_id, watched in self._watched.items()
+        }
+
+    async def adopt(self, records: Sequence[LaunchRecord]) -> list[LaunchRecord]:
+        services = {_worker_label(s): s for s in await self._cluster_services()}
+        tasks, down = await self._tasks_by_service(), await self._down_nodes()
+        adopted: list[LaunchRecord] = []
+        for record in records:
+            service = services.get(record.worker_id)
+            if service is None or record.launcher != self.name or record.worker_id in self._watched:
+                continue
+            task = _current_task(tasks.get(str(service["ID"]), []))
+            if ended(task, down) is not None:
+                # Its worker ended while no manager ran: nothing to adopt, and nothing to keep.
+                await self._remove(str(service["ID"]))
+                continue
+            assert task is not None
+            node = await self._node_name(task.node_id)
+            details = {
+                **record.details,
+                SERVICE_NAME: _service_name(service),
+                TASK: task.task_id,
+                NODE: node,
+                NODE_ID: task.node_id,
+            }
+            record = record.model_copy(update={"handle": str(service["ID"]), "details": details})
+            self._watched[record.worker_id] = _Watched(record)
+            adopted.append(record)
+            log.info("worker service adopted", model=record.model_name, version=record.version,
+                     worker=record.worker_id, service=details[SERVICE_NAME], node=node)  # fmt: skip
+        return adopted
+
+    async def discover(self) -> list[LaunchRecord]:
+        tasks, down = await self._tasks_by_service(), await self._down_nodes()
+        found: list[LaunchRecord] = []
+        for service in await self._cluster_services():
+            worker_id = _worker_label(service)
+            task = _current_task(tasks.get(str(service["ID"]), []))
+            if not worker_id or worker_id in self._watched:
+                continue
+            if ended(task, down) is not None:
+                # A worker that ended without a launch record (a manager died between creating its
+                # service and recording it): its service is left over.
+                log.info("ended worker service removed", worker=worker_id, service=_service_name(service))
+                await self._remove(str(service["ID"]))
+                continue
+            assert task is not None
+            service_labels = (service.get("Spec") or {}).get("Labels") or {}
+            found.append(
+                LaunchRecord(
+                    worker_id=worker_id,
+                    model_name=service_labels.get(LABEL_MODEL, ""),
+                    version=service_labels.get(LABEL_VERSION, ""),
+                    launcher=self.name,
+                    handle=str(service["ID"]),
+                    placement=Placement(host=HOST),
+                    started_unix_ms=int(time.time() * 1000),
+                    details={
+                        SERVICE_NAME: _service_name(service),
+                        TASK: task.task_id,
+                        NODE: await self._node_name(task.node_id),
+                        NODE_ID: task.node_id,
+                    },
+                )
+            )
+        return found
+
+    async def exits(self) -> AsyncIterator[WorkerExit]:
+        while True:
+            yield await self._exits.get()
+
+    async def release(self, worker_id: str) -> None:
+        watched = self._watched.get(worker_id)
+        if watched is None or not watched.exited:
+            return
+        del self._watched[worker_id]
+        await self._remove(watched.record.handle)
+
+    async def usage(self, records: Sequence[LaunchRecord]) -> dict[str, Usage]:
+        # Containers on other nodes are out of the manager's reach (see the module's notes).
+        return {}
+
+    # Swarm queries -------------------------------------------------------------------------------
+    async def _poll(self) -> None:
+        while True:
+            try:
+                await self._look_for_exits()
+            except DockerError as exc:
+                log.warning("swarm request failed", error=exc.message)
+            except OSError as exc:
+                log.warning("swarm manager unreachable", error=str(exc))
+            await asyncio.sleep(POLL_S)
+
+    async def _look_for_exits(self) -> None:
+        async with self._look:
+            live = [(wid, w) for wid, w in self._watched.items() if not w.exited]
+            if not live:
+                return
+            tasks, down = await self._tasks_by_id(), await self._down_nodes()
+            for worker_id, watched in live:
+                details = watched.record.details
+                how = ended(tasks.get(details.get(TASK, "")), down, details.get(NODE_ID, ""))
+                if how is not None:
+                    watched.exited = True
+                    self._exits.put_nowait(WorkerExit(worker_id, how.exit_code, how.reason))
+                    log.info("worker task ended", model=watched.record.model_name,
+                             version=watched.record.version, worker=worker_id, exit_code=how.exit_code,
+                             reason=how.reason, node=watched.record.details.get(NODE, ""))  # fmt: skip
+
+    async def _first_task(self, service_id: str) -> TaskView | None:
+        """The service's task once Swarm created it, with its node once assigned (bounded wait)."""
+        deadline = time.monotonic() + ASSIGN_WAIT_S
+        task: TaskView | None = None
+        while time.monotonic() < deadline:
+            found = [TaskView.of(t) for t in await self._tasks({"service": [service_id]})]
+            task = _current_task(found)
+            if task is not None and (task.node_id or task.state not in LIVE_STATES):
+                return task
+            await asyncio.sleep(0.1)
+        return task
+
+    async def _tasks(self, filters: Mapping[str, list[str]] | None = None) -> list[Mapping[str, Any]]:
+        params = {"filters": _json(filters)} if filters else None
+        result: list[Mapping[str, Any]] = await self._docker._query_json("tasks", params=params)
+        return result
+
+    async def _cluster_tasks(self) -> list[TaskView]:
+        """This cluster's worker tasks (every task carries its service's container labels)."""
+        return [
+            TaskView.of(task)
+            for task in await self._tasks()
+            if _container_labels(task).get(LABEL_CLUSTER) == self._config.cluster_id
+        ]
+
+    async def _tasks_by_id(self) -> dict[str, TaskView]:
+        return {task.task_id: task for task in await self._cluster_tasks()}
+
+    async def _tasks_by_service(self) -> dict[str, list[TaskView]]:
+        grouped: dict[str, list[TaskView]] = {}
+        for task in await self._cluster_tasks():
+            grouped.setdefault(task.service_id, []).append(task)
+        return grouped
+
+    async def _cluster_services(self) -> list[Mapping[str, Any]]:
+        filters = {"label": [f"{LABEL_CLUSTER}={self._config.cluster_id}"]}
+        services: list[Mapping[str, Any]] = await self._docker._query_json(
+            "services", params={"filters": _json(filters)}
+        )
+        return services
+
+    async def _nodes(self) -> list[Mapping[str, Any]]:
+        nodes: list[Mapping[str, Any]] = await self._docker._query_json("nodes")
+        return nodes
+
+    async def _down_nodes(self) -> set[str]:
+        return {
+            str(node["ID"])
+            for node in await self._nodes()
+            if (node.get("Status") or {}).get("State") == "down"
+        }
+
+    async def _node_name(self, node_id: str) -> str:
+        if not node_id:
+            return ""
+        try:
+            node = await self._docker._query_json(f"nodes/{node_id}")
+        except DockerError:
+            return ""
+        return _hostname(node) or node_id[:12]
+
+    async def _remove(self, service_id: str) -> None:
+        try:
+            async with self._docker._query(f"services/{service_id}", method="DELETE"):
+                pass
+        except DockerError as exc:
+            if exc.status != 404:
+                raise OSError(f"cannot remove worker service: {exc.message}") from exc
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value)
+
+
+def _hostname(node: Mapping[str, Any]) -> str:
+    return str((node.get("Description") or {}).get("Hostname") or "")
+
+
+def _takes_tasks(node: Mapping[str, Any]) -> bool:
+    return (node.get("Status") or {}).get("State") == "ready" and (node.get("Spec") or {}).get(
+        "Availability"
+    ) == "active"
+
+
+def _container_labels(task: Mapping[str, Any]) -> Mapping[str, str]:
+    return ((task.get("Spec") or {}).get("ContainerSpec") or {}).get("Labels") or {}
+
+
+def _current_task(tasks: Sequence[TaskView]) -> TaskView | None:
+    """The task a one-replica service without restarts runs: the one Swarm wants running, else the
+    last one it had."""
+    wanted = [task for task in tasks if task.desired == "running"]
+    candidates = wanted or list(tasks)
+    return candidates[-1] if candidates else None
+
+
+def _worker_label(service: Mapping[str, Any]) -> str:
+    return str(((service.get("Spec") or {}).get("Labels") or {}).get(LABEL_WORKER, ""))
+
+
+def _service_name(service: Mapping[str, Any]) -> str:
+    return str((service.get("Spec") or {}).get("Name", ""))
