@@ -10,8 +10,8 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
 .PHONY: help install proto lint fmt test test-tiers test-unit test-integration test-e2e test-compat test-compose \
-        test-compose-tier compose-images compose-up compose-down gpu-check run stop bench bench-quick \
-        bench-containers bench-sequences bench-autoscale bench-generate bench-failover bench-platform \
+        test-compose-tier test-swarm test-swarm-tier compose-images compose-up compose-down swarm-up swarm-down gpu-check run stop bench \
+        bench-quick bench-containers bench-sequences bench-autoscale bench-generate bench-failover bench-platform \
         bench-workflows bench-large bench-worker-loop clean
 
 help:
@@ -19,8 +19,11 @@ help:
 	@echo "make test          venv, dependencies, protos, lint, then every test tier (a Docker engine for"
 	@echo "                   tests/docker and the compose stack's fast checks is installed and started)"
 	@echo "make test-compose  the compose stack's faults under load and supervision on a real Docker engine"
+	@echo "make test-swarm    a local 3-node Docker Swarm: the swarm launcher, a drained and a killed node under load"
 	@echo "make compose-up    engine, images, then the compose stack (GATEWAYS=N, GPU=1, HA=1, TLS=1; docs/containers.md)"
 	@echo "make compose-down  the stack, its worker containers and network (REMOVE_VOLUMES=1: also its data)"
+	@echo "make swarm-up      a local NODES-node Docker Swarm (default 3) and Sluice on it (GATEWAYS=N; docs/swarm.md)"
+	@echo "make swarm-down    the stack, its worker services, the node containers, registry and network; leaves swarm mode"
 	@echo "make gpu-check     the GPU variant end to end on an NVIDIA GPU (prints SKIPPED without one)"
 	@echo "make install       venv + dependencies + generated protos + the 'sluice' CLI"
 
@@ -81,6 +84,15 @@ test-compose-tier: install
 	bash scripts/compose_images.sh || test $$? = 3
 	$(PYTEST) -m compose_slow tests/compose
 
+# A local multi-node swarm (docs/swarm.md): the swarm launcher's contract, workers spread over nodes, a
+# drained and a killed node under load, manager restart, swarm-down leaving nothing (.ci/run runs it
+# after make test-compose). The tier brings its own swarm up and takes it down.
+test-swarm: install
+	bash scripts/docker_engine.sh run $(MAKE) --no-print-directory test-swarm-tier
+
+test-swarm-tier: install
+	$(PYTEST) -m swarm tests/swarm
+
 # The compose stack (docs/containers.md): a Docker engine (installed and started when none answers),
 # the images from this tree, then `compose up` waiting until the demo model answers. GATEWAYS=N gateways
 # behind the published port; GPU=1 with docker-compose.gpu.yml; HA=1 with docker-compose.ha.yml (Redis
@@ -97,6 +109,17 @@ compose-up: compose-images
 compose-down:
 	bash scripts/compose_down.sh
 	bash scripts/docker_engine.sh stop
+
+# A local multi-node Docker Swarm (docs/swarm.md): the local engine as manager, NODES-1 Docker-in-Docker
+# nodes, a local registry the nodes pull the worker and gateway images from, the stack
+# deploy/swarm/stack.yml and a front publishing its ports on 127.0.0.1; waits until the demo model
+# answers. scripts/swarm_up.sh starts the engine and builds the images itself (SWARM_BUILD=0: not).
+# swarm-down leaves the engine running, out of swarm mode.
+swarm-up: install
+	bash scripts/swarm_up.sh
+
+swarm-down:
+	bash scripts/swarm_down.sh
 
 gpu-check: install
 	bash scripts/gpu_check.sh
@@ -159,9 +182,11 @@ bench-worker-loop: install
 bench-workflows: install
 	$(PY) -m bench.workflows $(ARGS)
 
-# Worker containers against worker processes (bench/containers.py); needs a Docker engine and the images.
+# Worker containers against worker processes (bench/containers.py), then the swarm launcher on a local
+# three-node swarm (bench/swarm.py); needs a Docker engine and the images. ARGS=--quick: short rounds.
 bench-containers: compose-images
-	$(PY) -m bench.containers
+	$(PY) -m bench.containers $(ARGS)
+	$(PY) -m bench.swarm $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(PROTO_OUT) var build *.egg-info
