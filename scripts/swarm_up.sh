@@ -135,7 +135,7 @@ elif [[ $registry_running != true ]]; then
     logged registry-start 60 docker start "$SWARM_REGISTRY_CONTAINER"
 fi
 deadline=$((SECONDS + REGISTRY_READY_S))
-until curl -fsS -m 2 -o /dev/null "http://$SWARM_REGISTRY/v2/"; do
+until curl -fs -m 2 -o /dev/null "http://$SWARM_REGISTRY/v2/"; do
     ((SECONDS < deadline)) || fail "the registry does not answer on $SWARM_REGISTRY (docker logs $SWARM_REGISTRY_CONTAINER)"
     sleep 1
 done

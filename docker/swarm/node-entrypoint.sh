@@ -12,4 +12,7 @@ host=${SLUICE_REGISTRY_HOST:-sluice-registry}
         sleep 1
     done
 ) &
+# A node container killed and started again keeps its writable layer: a stale pid file whose pid now
+# belongs to another process (the forwarder above) would stop dockerd from starting.
+rm -f /var/run/docker.pid /var/run/docker/containerd/containerd.pid
 exec dockerd --cgroup-parent "/$(hostname)" "$@"

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sluice.redis import keys
+
 from tests.support.compose_stack import docker, wait_for
 from tests.support.redis_server import free_port
 
@@ -146,6 +148,13 @@ class SwarmStack:
 
     def set_availability(self, node: str, availability: str) -> None:
         docker("node", "update", "--availability", availability, node)
+
+    def cluster_id(self) -> str:
+        """The cluster id the manager labels its worker services with (kept in Redis)."""
+        redis = docker("ps", "-q", "--filter", f"label=com.docker.swarm.service.name={STACK}_redis").split()[
+            0
+        ]
+        return docker("exec", redis, "redis-cli", "GET", keys.CLUSTER_ID).strip()
 
     def manager_node(self) -> str:
         return next(name for name, row in self.nodes().items() if row.get("ManagerStatus"))

@@ -1,7 +1,8 @@
 """Sluice deployed on the multi-node swarm, driven from the host through the front's 127.0.0.1 ports:
 workers spread over nodes as the version scales, a drained node and a killed node under load (every
-call answered once, with its own answer), a restarted manager adopting the worker services, and
-unregistering removing them. What the recoveries took is printed (the bounds are far above it).
+call answered once, with its own answer), a restarted manager adopting the worker services (and
+removing one of a version nobody registered), and unregistering removing them. What the recoveries
+took is printed (the bounds are far above it).
 
 The tests run in this order and share one registered model."""
 
@@ -13,7 +14,7 @@ import pytest
 
 from tests.support.compose_stack import docker, wait_for
 from tests.support.steady_load import Call, SteadyLoad
-from tests.support.swarm_stack import STACK, SwarmStack
+from tests.support.swarm_stack import STACK, WORKER_IMAGE, SwarmStack
 
 pytestmark = [pytest.mark.swarm, pytest.mark.timeout(900)]
 
@@ -125,9 +126,27 @@ def test_a_killed_node_loses_no_call_and_its_workers_are_restored(swarm: SwarmSt
     wait_for(lambda: swarm.nodes()[victim]["Status"] == "Ready", 120, "the killed node back in the swarm")
 
 
+def orphan_service(swarm: SwarmStack) -> str:
+    """A worker service of this cluster for a version nobody registered (as a manager that died
+    after registering and before unregistering would leave one): a sleeping container."""
+    labels = {
+        "io.sluice.cluster": swarm.cluster_id(),
+        "io.sluice.model": "ghost",
+        "io.sluice.version": "1.0",
+        "io.sluice.worker": "99999",
+    }
+    flags = [
+        flag for k, v in labels.items() for flag in ("--label", f"{k}={v}", "--container-label", f"{k}={v}")
+    ]
+    return docker("service", "create", "--detach", "--quiet", "--name", "sluice-test-orphan", *flags,
+                  "--restart-condition", "none", "--endpoint-mode", "dnsrr", "--init", WORKER_IMAGE,
+                  "sleep", "600").strip()  # fmt: skip
+
+
 def test_a_restarted_manager_adopts_the_worker_services(swarm: SwarmStack, sleeper: str) -> None:
     swarm.wait_for_ready(sleeper, 6)
     before = swarm.worker_services(sleeper)
+    orphan = orphan_service(swarm)
     with SteadyLoad(swarm.grpc_target, sleeper, clients=CLIENTS, sleep_s=0.2) as load:
         load.wait_for_calls(CLIENTS)
         started = time.monotonic()
@@ -140,6 +159,7 @@ def test_a_restarted_manager_adopts_the_worker_services(swarm: SwarmStack, sleep
     assert_answered_once(load.calls())
     assert swarm.worker_services(sleeper) == before, "the same services, adopted: none replaced, none added"
     report("manager restarted", management_api_back_s=back_s, services=len(before))
+    wait_for(lambda: not docker("service", "ls", "-q", "--filter", f"id={orphan}"), 120, "the orphan removed")
 
 
 def test_unregistering_removes_the_worker_services(swarm: SwarmStack, sleeper: str) -> None:

@@ -105,18 +105,25 @@ async def _external(context: LauncherContext) -> Launcher:
     return external.ExternalLauncher(context.host)
 
 
+def container_worker_env(context: LauncherContext) -> dict[str, str]:
+    """A worker container's (or Swarm service's) environment: what every worker is told, the
+    manager's tracing settings, ``sluice_worker_env``, and JSON logs."""
+    env = {
+        **worker_settings_env(context.settings),
+        **tracing_env(context.environ),
+        **extra_worker_env(context.settings.worker_env, context.environ),
+    }
+    env["SLUICE_LOG_FORMAT"] = "json"
+    return env
+
+
 async def _docker(context: LauncherContext) -> Launcher:
     import aiodocker
 
     settings = context.settings
     client = aiodocker.Docker(url=settings.docker_host or None)
     network = settings.docker_network or await docker.own_network(client, socket.gethostname())
-    env = {
-        **worker_settings_env(settings),
-        **tracing_env(context.environ),
-        **extra_worker_env(settings.worker_env, context.environ),
-    }
-    env["SLUICE_LOG_FORMAT"] = "json"
+    env = container_worker_env(context)
     config = docker.DockerConfig(
         image=settings.worker_image,
         cluster_id=context.cluster_id,
@@ -135,17 +142,11 @@ async def _swarm(context: LauncherContext) -> Launcher:
     settings = context.settings
     if not settings.docker_network:
         raise OSError("the swarm launcher needs sluice_docker_network: the overlay network workers join")
-    env = {
-        **worker_settings_env(settings),
-        **tracing_env(context.environ),
-        **extra_worker_env(settings.worker_env, context.environ),
-    }
-    env["SLUICE_LOG_FORMAT"] = "json"
     config = swarm.SwarmConfig(
         image=settings.worker_image,
         cluster_id=context.cluster_id,
         network=settings.docker_network,
-        env=env,
+        env=container_worker_env(context),
         cache_volume=settings.docker_model_cache_volume,
         read_only_root=settings.docker_read_only_root,
         constraints=tuple(c.strip() for c in settings.swarm_constraints.split(",") if c.strip()),

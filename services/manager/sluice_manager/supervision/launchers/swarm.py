@@ -42,7 +42,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiodocker
@@ -64,6 +64,7 @@ from sluice_manager.supervision.launchers.docker import (
     LABEL_MODEL,
     LABEL_VERSION,
     LABEL_WORKER,
+    DockerConfig,
     labels,
 )
 
@@ -88,27 +89,15 @@ NAME_MAX = 63
 
 
 @dataclass(frozen=True)
-class SwarmConfig:
-    """What every worker service gets."""
+class SwarmConfig(DockerConfig):
+    """What every worker service gets: a worker container's settings (``network``: the attachable
+    overlay the workers join, where Redis and the manager are; ``cache_volume``: one per node), and:"""
 
-    image: str
-    cluster_id: str
-    command: tuple[str, ...] = ("python", "-m", "sluice_worker")
-    # The attachable overlay network the workers join (Redis and the manager must be on it).
-    network: str = ""
-    env: Mapping[str, str] = field(default_factory=dict)
-    # Named volume for downloaded models, one per node ("" for none).
-    cache_volume: str = ""
-    cache_path: str = "/var/cache/sluice"
-    read_only_root: bool = True
     # Placement constraints, as `docker service create --constraint` takes them.
     constraints: tuple[str, ...] = ()
-    # GPUs the swarm's nodes advertise in all, and the generic resource kind they advertise them as.
-    gpu_ids: tuple[int, ...] = ()
+    # The generic resource kind the nodes advertise their GPUs as (``gpu_ids``: all of them).
     gpu_kind: str = "NVIDIA-GPU"
     stop_grace_s: float = 30.0
-    log_max_bytes: int = 10 * 1024 * 1024
-    log_files: int = 3
 
 
 def service_name(cluster_id: str, spec: WorkerSpec) -> str:
@@ -297,7 +286,8 @@ class SwarmLauncher:
         body = service_spec(self._config, spec, pinned)
         name = body["Name"]
         try:
-            created = await self._docker._query_json("services/create", method="POST", data=_json(body))
+            # The raw create: aiodocker's services.create() rebuilds the body (a dict environment).
+            created = await self._docker._query_json("services/create", method="POST", data=json.dumps(body))
         except DockerError as exc:
             raise OSError(f"cannot create worker service {name}: {exc.message}") from exc
         service_id = str(created["ID"])
@@ -455,9 +445,7 @@ class SwarmLauncher:
         return task
 
     async def _tasks(self, filters: Mapping[str, list[str]] | None = None) -> list[Mapping[str, Any]]:
-        params = {"filters": _json(filters)} if filters else None
-        result: list[Mapping[str, Any]] = await self._docker._query_json("tasks", params=params)
-        return result
+        return await self._docker.tasks.list(filters=filters)
 
     async def _cluster_tasks(self) -> list[TaskView]:
         """This cluster's worker tasks (every task carries its service's container labels)."""
@@ -477,15 +465,12 @@ class SwarmLauncher:
         return grouped
 
     async def _cluster_services(self) -> list[Mapping[str, Any]]:
-        filters = {"label": [f"{LABEL_CLUSTER}={self._config.cluster_id}"]}
-        services: list[Mapping[str, Any]] = await self._docker._query_json(
-            "services", params={"filters": _json(filters)}
+        return await self._docker.services.list(
+            filters={"label": [f"{LABEL_CLUSTER}={self._config.cluster_id}"]}
         )
-        return services
 
     async def _nodes(self) -> list[Mapping[str, Any]]:
-        nodes: list[Mapping[str, Any]] = await self._docker._query_json("nodes")
-        return nodes
+        return await self._docker.nodes.list()
 
     async def _down_nodes(self) -> set[str]:
         return {
@@ -498,22 +483,17 @@ class SwarmLauncher:
         if not node_id:
             return ""
         try:
-            node = await self._docker._query_json(f"nodes/{node_id}")
+            node = await self._docker.nodes.inspect(node_id=node_id)
         except DockerError:
             return ""
         return _hostname(node) or node_id[:12]
 
     async def _remove(self, service_id: str) -> None:
         try:
-            async with self._docker._query(f"services/{service_id}", method="DELETE"):
-                pass
+            await self._docker.services.delete(service_id)
         except DockerError as exc:
             if exc.status != 404:
                 raise OSError(f"cannot remove worker service: {exc.message}") from exc
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value)
 
 
 def _hostname(node: Mapping[str, Any]) -> str:
