@@ -60,7 +60,7 @@ def request_for(model: str) -> bytes:
     return predictions_request(model, tensor_bytes((3, 224, 224)))
 
 
-async def _killed_run(target: str, request: bytes, sizes: Sizes, kill: Callable[[], None]) -> dict[str, Any]:
+async def killed_run(target: str, request: bytes, sizes: Sizes, kill: Callable[[], None]) -> dict[str, Any]:
     """Steady calls; one worker killed after ``kill_after_s``. Per call: sent, done, ok."""
     calls: list[tuple[float, float, bool]] = []
     killed_at = 0.0
@@ -140,7 +140,7 @@ def run(sizes: Sizes) -> dict[str, Any]:
             measured: dict[str, Any] = measure_registration(stack, one, request_for(one))
             kill = functools.partial(stack.kill_busiest_worker, one)
             target = stack.server.ports.grpc_target
-            measured["killed_worker"] = run_async(_killed_run(target, request_for(one), sizes, kill))
+            measured["killed_worker"] = run_async(killed_run(target, request_for(one), sizes, kill))
             stack.unregister(one)
             report["launchers"][launcher] = measured
         for variant in variants:
