@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiodocker
 import pytest
 from sluice_manager.supervision.launchers.base import NODE, Launcher
-from sluice_manager.supervision.launchers.swarm import HOST, SwarmConfig, SwarmLauncher
+from sluice_manager.supervision.launchers.swarm import HOST, SwarmLauncher
+from sluice_manager.supervision.launchers.swarm_spec import SwarmConfig
 
 from tests.support.launcher_contract import (
     CONTRACT,

@@ -1,5 +1,5 @@
 """What the swarm launcher asks Swarm for, and how it reads a task's fate (pure: no swarm needed).
-The launcher itself runs against a real multi-node swarm in tests/swarm."""
+The launcher itself (swarm.py) runs against a real multi-node swarm in tests/swarm."""
 
 from typing import Any
 
@@ -10,7 +10,7 @@ from sluice_manager.supervision.launchers.base import (
     WorkerExit,
     WorkerSpec,
 )
-from sluice_manager.supervision.launchers.swarm import (
+from sluice_manager.supervision.launchers.swarm_spec import (
     NAME_MAX,
     NODE_ID,
     SwarmConfig,

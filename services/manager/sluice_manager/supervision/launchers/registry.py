@@ -10,7 +10,7 @@ from sluice.log import get_logger
 
 from sluice_manager.settings import ManagerSettings
 from sluice_manager.supervision import gpus
-from sluice_manager.supervision.launchers import docker, external, process, swarm
+from sluice_manager.supervision.launchers import docker, external, process, swarm, swarm_spec
 from sluice_manager.supervision.launchers.base import Launcher
 from sluice_manager.supervision.launchers.standby import Standby
 
@@ -142,7 +142,7 @@ async def _swarm(context: LauncherContext) -> Launcher:
     settings = context.settings
     if not settings.docker_network:
         raise OSError("the swarm launcher needs sluice_docker_network: the overlay network workers join")
-    config = swarm.SwarmConfig(
+    config = swarm_spec.SwarmConfig(
         image=settings.worker_image,
         cluster_id=context.cluster_id,
         network=settings.docker_network,

@@ -3,8 +3,8 @@
 The manager talks to a swarm manager's Engine API (``aiodocker``, as the docker launcher does, through
 the same filtered proxy). Each worker is **one service with one replica**, labelled
 ``io.sluice.cluster`` / ``io.sluice.model`` / ``io.sluice.version`` / ``io.sluice.worker``, so
-``docker service ls --filter label=io.sluice.version=1.0`` lists a version's workers and Swarm spreads
-them over the nodes (its scheduler balances tasks per node).
+``docker service ls --filter label=io.sluice.version=1.0`` lists a version's workers, and Swarm runs
+them on its nodes.
 
 Why a service per worker rather than one service per version with ``replicas`` = its worker count:
 the reconciler decides *which* worker drains when a version scales down (an idle one, never one that
@@ -38,9 +38,7 @@ placement, rescheduling onto live nodes and image distribution to Swarm.
 
 import asyncio
 import json
-import re
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,13 +57,21 @@ from sluice_manager.supervision.launchers.base import (
     WorkerExit,
     WorkerSpec,
 )
-from sluice_manager.supervision.launchers.docker import (
-    LABEL_CLUSTER,
-    LABEL_MODEL,
-    LABEL_VERSION,
-    LABEL_WORKER,
-    DockerConfig,
-    labels,
+from sluice_manager.supervision.launchers.docker import LABEL_CLUSTER, LABEL_MODEL, LABEL_VERSION
+from sluice_manager.supervision.launchers.swarm_spec import (
+    LIVE_STATES,
+    NODE_ID,
+    SwarmConfig,
+    TaskView,
+    container_labels,
+    current_task,
+    ended,
+    hostname,
+    name_of_service,
+    pick_node,
+    service_spec,
+    takes_tasks,
+    worker_label,
 )
 
 log = get_logger(__name__)
@@ -75,151 +81,9 @@ HOST = "swarm"
 # Details of a swarm worker's launch record.
 SERVICE_NAME = "service_name"
 TASK = "task"
-NODE_ID = "node_id"
 POLL_S = 1.0
 # How long start() waits for Swarm to give the task a node.
 ASSIGN_WAIT_S = 10.0
-# Task states a worker has not ended in (Swarm's task state machine up to `running`).
-LIVE_STATES = frozenset(
-    {"new", "allocated", "pending", "assigned", "accepted", "preparing", "ready", "starting", "running"}
-)
-# Swarm service names are DNS name components: letters, digits and "-", at most 63 characters.
-_NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9-]")
-NAME_MAX = 63
-
-
-@dataclass(frozen=True)
-class SwarmConfig(DockerConfig):
-    """What every worker service gets: a worker container's settings (``network``: the attachable
-    overlay the workers join, where Redis and the manager are; ``cache_volume``: one per node), and:"""
-
-    # Placement constraints, as `docker service create --constraint` takes them.
-    constraints: tuple[str, ...] = ()
-    # The generic resource kind the nodes advertise their GPUs as (``gpu_ids``: all of them).
-    gpu_kind: str = "NVIDIA-GPU"
-    stop_grace_s: float = 30.0
-
-
-def service_name(cluster_id: str, spec: WorkerSpec) -> str:
-    """Unique per cluster and worker (the worker id comes first, so truncation never drops it)."""
-    raw = f"sluice-{cluster_id[:16]}-w{spec.worker_id}-{spec.model_name}-{spec.version}"
-    return _NAME_UNSAFE.sub("-", raw)[:NAME_MAX].rstrip("-")
-
-
-def service_spec(config: SwarmConfig, spec: WorkerSpec, node_id: str = "") -> dict[str, Any]:
-    """The Engine API's create body for ``spec``'s worker service, on ``node_id`` when given (pure,
-    unit-tested)."""
-    gpu = spec.placement.gpu_id
-    mounts: list[dict[str, Any]] = [
-        {"Type": "tmpfs", "Target": "/tmp"},
-        {"Type": "tmpfs", "Target": "/home/sluice"},
-    ]
-    if config.cache_volume:
-        mounts.append({"Type": "volume", "Source": config.cache_volume, "Target": config.cache_path})
-    env = {**config.env, "SLUICE_MODEL_CACHE_DIR": config.cache_path}
-    container: dict[str, Any] = {
-        "Image": config.image,
-        # The container sees the one GPU Swarm gave it as device 0.
-        "Command": [*config.command, *spec.arguments(gpu_id=0 if gpu is not None else None)],
-        "Env": [f"{key}={value}" for key, value in sorted(env.items())],
-        "Labels": labels(config.cluster_id, spec),
-        "Init": True,
-        "ReadOnly": config.read_only_root,
-        "Mounts": mounts,
-        "CapabilityDrop": ["ALL"],
-        "StopGracePeriod": int(config.stop_grace_s * 1e9),
-    }
-    resources: dict[str, Any] = {}
-    limits: dict[str, int] = {}
-    if spec.limits.cpus > 0:
-        limits["NanoCPUs"] = int(spec.limits.cpus * 1e9)
-    if spec.limits.memory_bytes > 0:
-        limits["MemoryBytes"] = spec.limits.memory_bytes
-    if limits:
-        resources["Limits"] = limits
-    if gpu is not None:
-        resources["Reservations"] = {
-            "GenericResources": [{"DiscreteResourceSpec": {"Kind": config.gpu_kind, "Value": 1}}]
-        }
-    template: dict[str, Any] = {
-        "ContainerSpec": container,
-        "Resources": resources,
-        "RestartPolicy": {"Condition": "none"},
-        "Placement": {"Constraints": [*config.constraints, *([f"node.id=={node_id}"] if node_id else [])]},
-        "LogDriver": {
-            "Name": "json-file",
-            "Options": {"max-size": str(config.log_max_bytes), "max-file": str(config.log_files)},
-        },
-    }
-    if config.network:
-        template["Networks"] = [{"Target": config.network}]
-    return {
-        "Name": service_name(config.cluster_id, spec),
-        "Labels": labels(config.cluster_id, spec),
-        "TaskTemplate": template,
-        "Mode": {"Replicated": {"Replicas": 1}},
-        # No IPVS needed: workers are reached by no one, they reach Redis and the manager.
-        "EndpointSpec": {"Mode": "dnsrr"},
-    }
-
-
-@dataclass(frozen=True)
-class TaskView:
-    """The facts of one task the launcher acts on."""
-
-    task_id: str
-    service_id: str
-    state: str
-    desired: str
-    node_id: str
-    exit_code: int | None
-    error: str
-
-    @classmethod
-    def of(cls, task: Mapping[str, Any]) -> "TaskView":
-        status = task.get("Status") or {}
-        container = status.get("ContainerStatus") or {}
-        code = container.get("ExitCode")
-        return cls(
-            task_id=str(task.get("ID", "")),
-            service_id=str(task.get("ServiceID", "")),
-            state=str(status.get("State", "")),
-            desired=str(task.get("DesiredState", "")),
-            node_id=str(task.get("NodeID", "")),
-            # The engine reports 0 for a task that has not ended.
-            exit_code=int(code) if code is not None and status.get("State") not in LIVE_STATES else None,
-            error=str(status.get("Err", "")),
-        )
-
-
-def ended(task: TaskView | None, down_nodes: set[str], pinned_node: str = "") -> WorkerExit | None:
-    """How the worker whose task is ``task`` ended, or None while it lives (``worker_id`` left "":
-    the caller knows it). A task waiting for the node it is pinned to dies with that node."""
-    if task is None:
-        return WorkerExit("", None, "task gone")
-    if task.state not in LIVE_STATES:
-        return WorkerExit("", task.exit_code, task.error or f"task {task.state}")
-    if (task.node_id or pinned_node) in down_nodes:
-        return WorkerExit("", None, "node down")
-    return None
-
-
-def pick_node(nodes: Sequence[Mapping[str, Any]], live: Sequence[LaunchRecord], spec: WorkerSpec) -> str:
-    """The id of the node for ``spec``'s worker: of the nodes that take tasks, the one with the fewest
-    workers of its version, then the fewest of ``live`` (this cluster's running workers), then the
-    lowest hostname; "" when no node takes tasks."""
-    version = (spec.model_name, spec.version)
-    per_version: Counter[str] = Counter()
-    per_node: Counter[str] = Counter()
-    for record in live:
-        node = record.details.get(NODE_ID, "")
-        per_node[node] += 1
-        if (record.model_name, record.version) == version:
-            per_version[node] += 1
-    candidates = [(str(node["ID"]), _hostname(node)) for node in nodes if _takes_tasks(node)]
-    if not candidates:
-        return ""
-    return min(candidates, key=lambda c: (per_version[c[0]], per_node[c[0]], c[1]))[0]
 
 
 @dataclass
@@ -266,7 +130,7 @@ class SwarmLauncher:
         nanos = sum(
             int(((node.get("Description") or {}).get("Resources") or {}).get("NanoCPUs") or 0)
             for node in await self._nodes()
-            if _takes_tasks(node)
+            if takes_tasks(node)
         )
         return Capacity(host=HOST, cpus=max(1, nanos // 1_000_000_000), gpu_ids=self._config.gpu_ids)
 
@@ -327,14 +191,14 @@ class SwarmLauncher:
         }
 
     async def adopt(self, records: Sequence[LaunchRecord]) -> list[LaunchRecord]:
-        services = {_worker_label(s): s for s in await self._cluster_services()}
+        services = {worker_label(s): s for s in await self._cluster_services()}
         tasks, down = await self._tasks_by_service(), await self._down_nodes()
         adopted: list[LaunchRecord] = []
         for record in records:
             service = services.get(record.worker_id)
             if service is None or record.launcher != self.name or record.worker_id in self._watched:
                 continue
-            task = _current_task(tasks.get(str(service["ID"]), []))
+            task = current_task(tasks.get(str(service["ID"]), []))
             if ended(task, down) is not None:
                 # Its worker ended while no manager ran: nothing to adopt, and nothing to keep.
                 await self._remove(str(service["ID"]))
@@ -343,7 +207,7 @@ class SwarmLauncher:
             node = await self._node_name(task.node_id)
             details = {
                 **record.details,
-                SERVICE_NAME: _service_name(service),
+                SERVICE_NAME: name_of_service(service),
                 TASK: task.task_id,
                 NODE: node,
                 NODE_ID: task.node_id,
@@ -359,14 +223,14 @@ class SwarmLauncher:
         tasks, down = await self._tasks_by_service(), await self._down_nodes()
         found: list[LaunchRecord] = []
         for service in await self._cluster_services():
-            worker_id = _worker_label(service)
-            task = _current_task(tasks.get(str(service["ID"]), []))
+            worker_id = worker_label(service)
+            task = current_task(tasks.get(str(service["ID"]), []))
             if not worker_id or worker_id in self._watched:
                 continue
             if ended(task, down) is not None:
                 # A worker that ended without a launch record (a manager died between creating its
                 # service and recording it): its service is left over.
-                log.info("ended worker service removed", worker=worker_id, service=_service_name(service))
+                log.info("ended worker service removed", worker=worker_id, service=name_of_service(service))
                 await self._remove(str(service["ID"]))
                 continue
             assert task is not None
@@ -381,7 +245,7 @@ class SwarmLauncher:
                     placement=Placement(host=HOST),
                     started_unix_ms=int(time.time() * 1000),
                     details={
-                        SERVICE_NAME: _service_name(service),
+                        SERVICE_NAME: name_of_service(service),
                         TASK: task.task_id,
                         NODE: await self._node_name(task.node_id),
                         NODE_ID: task.node_id,
@@ -438,7 +302,7 @@ class SwarmLauncher:
         task: TaskView | None = None
         while time.monotonic() < deadline:
             found = [TaskView.of(t) for t in await self._tasks({"service": [service_id]})]
-            task = _current_task(found)
+            task = current_task(found)
             if task is not None and (task.node_id or task.state not in LIVE_STATES):
                 return task
             await asyncio.sleep(0.1)
@@ -452,7 +316,7 @@ class SwarmLauncher:
         return [
             TaskView.of(task)
             for task in await self._tasks()
-            if _container_labels(task).get(LABEL_CLUSTER) == self._config.cluster_id
+            if container_labels(task).get(LABEL_CLUSTER) == self._config.cluster_id
         ]
 
     async def _tasks_by_id(self) -> dict[str, TaskView]:
@@ -486,7 +350,7 @@ class SwarmLauncher:
             node = await self._docker.nodes.inspect(node_id=node_id)
         except DockerError:
             return ""
-        return _hostname(node) or node_id[:12]
+        return hostname(node) or node_id[:12]
 
     async def _remove(self, service_id: str) -> None:
         try:
@@ -494,33 +358,3 @@ class SwarmLauncher:
         except DockerError as exc:
             if exc.status != 404:
                 raise OSError(f"cannot remove worker service: {exc.message}") from exc
-
-
-def _hostname(node: Mapping[str, Any]) -> str:
-    return str((node.get("Description") or {}).get("Hostname") or "")
-
-
-def _takes_tasks(node: Mapping[str, Any]) -> bool:
-    return (node.get("Status") or {}).get("State") == "ready" and (node.get("Spec") or {}).get(
-        "Availability"
-    ) == "active"
-
-
-def _container_labels(task: Mapping[str, Any]) -> Mapping[str, str]:
-    return ((task.get("Spec") or {}).get("ContainerSpec") or {}).get("Labels") or {}
-
-
-def _current_task(tasks: Sequence[TaskView]) -> TaskView | None:
-    """The task a one-replica service without restarts runs: the one Swarm wants running, else the
-    last one it had."""
-    wanted = [task for task in tasks if task.desired == "running"]
-    candidates = wanted or list(tasks)
-    return candidates[-1] if candidates else None
-
-
-def _worker_label(service: Mapping[str, Any]) -> str:
-    return str(((service.get("Spec") or {}).get("Labels") or {}).get(LABEL_WORKER, ""))
-
-
-def _service_name(service: Mapping[str, Any]) -> str:
-    return str((service.get("Spec") or {}).get("Name", ""))
