@@ -296,13 +296,16 @@ async def test_past_the_queue_size_requests_are_refused_at_once(site: Generative
     # grpc.aio sends a call once it is read from.
     readers = [asyncio.create_task(call.read()) for call in calls]
     try:
-        # Eight run (the worker's slots), four wait; each counts against the queue until it ends.
-        await eventually(lambda: worker_running(site, CB) == 8, timeout_s=10)
+        # Each call counts against the queue until it ends. The next call is sent as soon as all are
+        # queued: a generation lasts ~5 s, and on a loaded machine the first could end while the
+        # worker's slots were still filling, leaving room in the queue.
         await eventually(lambda: site.redis().xlen(keys.job_stream(CB, "1.0")) == QUEUE_SIZE, timeout_s=10)
         refused = stub.StreamPredictions(long, metadata=site.metadata())
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await refused.read()
         assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # Eight run (the worker's slots), the others wait for a slot.
+        await eventually(lambda: worker_running(site, CB) == 8, timeout_s=10)
     finally:
         for call in calls:
             call.cancel()
