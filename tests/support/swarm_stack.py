@@ -141,6 +141,11 @@ class SwarmStack:
         out = docker("service", "ps", "--no-trunc", "--format", "{{json .}}", service)
         return [json.loads(line) for line in out.splitlines()]
 
+    def task_container(self, worker_id: str) -> str:
+        """The running container of a worker whose task runs on this engine ("" if none)."""
+        found = docker("ps", "-q", "--filter", f"label=io.sluice.worker={worker_id}").split()
+        return found[0] if found else ""
+
     def nodes(self) -> dict[str, dict[str, str]]:
         """Hostname -> ``docker node ls`` row (Status, Availability, ManagerStatus...)."""
         out = docker("node", "ls", "--format", "{{json .}}")

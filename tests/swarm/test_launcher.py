@@ -12,6 +12,7 @@ from sluice_manager.supervision.launchers.base import NODE, Launcher
 from sluice_manager.supervision.launchers.swarm import HOST, SwarmLauncher
 from sluice_manager.supervision.launchers.swarm_spec import SwarmConfig
 
+from tests.support.compose_stack import docker, wait_for
 from tests.support.launcher_contract import (
     CONTRACT,
     CONTRACT_IDS,
@@ -78,5 +79,19 @@ async def test_workers_are_services_spread_over_the_nodes(swarm: SwarmStack, clu
         assert len(nodes) == 3, f"six one-replica services over three nodes: {nodes}"
         for record in records:
             assert swarm.service_tasks(record.handle)[0]["Node"] == record.details[NODE]
+        # The worker containers on this engine (the manager's node) are confined as the docker
+        # launcher's are, but for no-new-privileges, which this engine does not take from a service
+        # spec (Privileges.NoNewPrivileges was tried: the container's SecurityOpt stayed empty).
+        local = swarm.manager_node()
+        mine = [r for r in records if r.details[NODE] == local]
+        assert mine, f"two of six on the manager's node too: {nodes}"
+
+        def containers_up() -> bool:
+            return all(swarm.task_container(r.worker_id) for r in mine)
+
+        wait_for(containers_up, 120, "the worker containers on the manager's node")
+        for record in mine:
+            host = json.loads(docker("inspect", swarm.task_container(record.worker_id)))[0]["HostConfig"]
+            assert (host["ReadonlyRootfs"], host["Init"], host["CapDrop"]) == (True, True, ["ALL"])
     finally:
         await launcher.aclose()
