@@ -21,6 +21,7 @@ machine. The swarm is taken down at the end (``scripts/swarm_down.sh``).
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import time
 import urllib.request
@@ -224,12 +225,11 @@ def table(report: dict[str, Any]) -> str:
         ("scale-up 1 -> 6 workers", f"{life['scale_1_to_6_s']:.1f} s"),
     ]
     by_nodes = report["throughput_rps_by_nodes"]
-    one = sorted(by_nodes["1"])[len(by_nodes["1"]) // 2]
+    one = statistics.median(by_nodes["1"])
     for nodes, values in by_nodes.items():
-        median = sorted(values)[len(values) // 2]
-        rows.append(
-            (f"cnn_b8, {WORKERS} workers on {nodes} node(s)", f"{median:.1f} /s ({median / one - 1:+.1%})")
-        )
+        median = statistics.median(values)
+        spread = f"{median:.1f} /s [{min(values):.1f}-{max(values):.1f}] ({median / one - 1:+.1%})"
+        rows.append((f"cnn_b8, {WORKERS} workers on {nodes} node(s): median [min-max]", spread))
     rows.append((
         "a killed node (6 workers, "
         f"{killed['workers_on_node']} on it): READY again after",
