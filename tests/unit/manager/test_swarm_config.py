@@ -4,6 +4,7 @@ The launcher itself (swarm.py) runs against a real multi-node swarm in tests/swa
 from typing import Any
 
 from sluice_manager.supervision.launchers.base import (
+    Capacity,
     ContainerLimits,
     LaunchRecord,
     Placement,
@@ -15,8 +16,11 @@ from sluice_manager.supervision.launchers.swarm_spec import (
     NODE_ID,
     SwarmConfig,
     TaskView,
+    down_nodes,
     ended,
+    node_names,
     pick_node,
+    pooled_capacity,
     service_name,
     service_spec,
 )
@@ -168,3 +172,12 @@ def test_a_pinned_worker_is_constrained_to_its_node_and_dies_with_it() -> None:
     waiting = task("pending", node="")
     assert ended(waiting, down_nodes={"b"}, pinned_node="b") == WorkerExit("", None, "node down")
     assert ended(waiting, down_nodes=set(), pinned_node="b") is None
+
+
+def test_one_node_list_gives_the_down_nodes_their_names_and_the_pooled_cores() -> None:
+    nodes = [node("a", "n1"), node("b", "n2", state="down"), node("c", "", availability="drain")]
+    for entry, cpus in zip(nodes, (2, 4, 8), strict=True):
+        entry["Description"]["Resources"] = {"NanoCPUs": cpus * 10**9}
+    assert down_nodes(nodes) == {"b"}
+    assert node_names(nodes) == {"a": "n1", "b": "n2", "c": "c"}
+    assert pooled_capacity("swarm", nodes, (0,)) == Capacity(host="swarm", cpus=2, gpu_ids=(0,))

@@ -107,6 +107,14 @@ class LaunchRecord(BaseModel):
         return cls.model_validate_json(raw)
 
 
+@dataclass
+class Watched:
+    """A worker a container launcher runs or adopted, and whether its exit was reported yet."""
+
+    record: LaunchRecord
+    exited: bool = False
+
+
 @dataclass(frozen=True)
 class Capacity:
     """What a launcher can place workers on: one host's cores and GPUs (as the host numbers them)."""

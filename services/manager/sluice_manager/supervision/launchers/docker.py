@@ -37,6 +37,7 @@ from sluice_manager.supervision.launchers.base import (
     Placement,
     RunState,
     Usage,
+    Watched,
     WorkerExit,
     WorkerSpec,
 )
@@ -143,12 +144,6 @@ async def own_network(client: aiodocker.Docker, hostname: str) -> str:
     return str((user_defined or networks or [""])[0])
 
 
-@dataclass
-class _Watched:
-    record: LaunchRecord
-    exited: bool = False
-
-
 class DockerLauncher:
     name = NAME
     can_start = True
@@ -159,7 +154,7 @@ class DockerLauncher:
     def __init__(self, docker: aiodocker.Docker, config: DockerConfig) -> None:
         self._docker = docker
         self._config = config
-        self._watched: dict[str, _Watched] = {}
+        self._watched: dict[str, Watched] = {}
         self._exits: asyncio.Queue[WorkerExit] = asyncio.Queue()
         self._events: asyncio.Task[None] | None = None
         self._host = ""
@@ -210,7 +205,7 @@ class DockerLauncher:
             started_unix_ms=int(time.time() * 1000),
             details={CONTAINER_NAME: name, CONTAINER: container.id[:12], IMAGE: self._config.image},
         )
-        self._watched[spec.worker_id] = _Watched(record)
+        self._watched[spec.worker_id] = Watched(record)
         log.info(
             "worker container started",
             model=spec.model_name,
@@ -258,7 +253,7 @@ class DockerLauncher:
             # The container is the truth about the handle (a record may come from an announcement).
             details = {**record.details, CONTAINER: found["Id"][:12]}
             record = record.model_copy(update={"handle": found["Id"], "details": details})
-            self._watched[record.worker_id] = _Watched(record)
+            self._watched[record.worker_id] = Watched(record)
             adopted.append(record)
             log.info("worker container adopted", model=record.model_name, version=record.version,
                      worker=record.worker_id, container=found["Id"][:12])  # fmt: skip
@@ -364,7 +359,7 @@ class DockerLauncher:
         if watched is not None and not watched.exited and watched.record.handle == event.get("id"):
             await self._report_exit(str(attributes[LABEL_WORKER]), watched)
 
-    async def _report_exit(self, worker_id: str, watched: _Watched) -> None:
+    async def _report_exit(self, worker_id: str, watched: Watched) -> None:
         watched.exited = True
         code, reason = await self._exit_status(watched.record.handle)
         if code not in (0, None) or reason:

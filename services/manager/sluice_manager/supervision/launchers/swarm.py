@@ -40,7 +40,6 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aiodocker
@@ -54,6 +53,7 @@ from sluice_manager.supervision.launchers.base import (
     Placement,
     RunState,
     Usage,
+    Watched,
     WorkerExit,
     WorkerSpec,
 )
@@ -65,12 +65,13 @@ from sluice_manager.supervision.launchers.swarm_spec import (
     TaskView,
     container_labels,
     current_task,
+    down_nodes,
     ended,
-    hostname,
     name_of_service,
+    node_names,
     pick_node,
+    pooled_capacity,
     service_spec,
-    takes_tasks,
     worker_label,
 )
 
@@ -86,12 +87,6 @@ POLL_S = 1.0
 ASSIGN_WAIT_S = 10.0
 
 
-@dataclass
-class _Watched:
-    record: LaunchRecord
-    exited: bool = False
-
-
 class SwarmLauncher:
     name = NAME
     can_start = True
@@ -101,7 +96,7 @@ class SwarmLauncher:
     def __init__(self, docker: aiodocker.Docker, config: SwarmConfig) -> None:
         self._docker = docker
         self._config = config
-        self._watched: dict[str, _Watched] = {}
+        self._watched: dict[str, Watched] = {}
         self._exits: asyncio.Queue[WorkerExit] = asyncio.Queue()
         self._poller: asyncio.Task[None] | None = None
         # One look at the swarm at a time: the poller and states() report each exit once.
@@ -121,18 +116,13 @@ class SwarmLauncher:
             )
         if self._poller is None:
             self._poller = asyncio.create_task(self._poll(), name="swarm-tasks")
-        capacity = await self.capacity()
-        log.info("swarm ready", nodes=len(await self._nodes()), cpus=capacity.cpus, image=self._config.image,
+        nodes = await self._nodes()
+        capacity = pooled_capacity(HOST, nodes, self._config.gpu_ids)
+        log.info("swarm ready", nodes=len(nodes), cpus=capacity.cpus, image=self._config.image,
                  network=self._config.network or "none", cluster=self._config.cluster_id)  # fmt: skip
 
     async def capacity(self) -> Capacity:
-        """The cores of the nodes that take tasks (ready and active), as one pool."""
-        nanos = sum(
-            int(((node.get("Description") or {}).get("Resources") or {}).get("NanoCPUs") or 0)
-            for node in await self._nodes()
-            if takes_tasks(node)
-        )
-        return Capacity(host=HOST, cpus=max(1, nanos // 1_000_000_000), gpu_ids=self._config.gpu_ids)
+        return pooled_capacity(HOST, await self._nodes(), self._config.gpu_ids)
 
     async def aclose(self) -> None:
         if self._poller is not None:
@@ -143,10 +133,11 @@ class SwarmLauncher:
 
     # Workers -------------------------------------------------------------------------------------
     async def start(self, spec: WorkerSpec) -> LaunchRecord:
+        nodes = await self._nodes()
         pinned = ""
         if spec.placement.gpu_id is None and not self._config.constraints:
             live = [w.record for w in self._watched.values() if not w.exited]
-            pinned = pick_node(await self._nodes(), live, spec)
+            pinned = pick_node(nodes, live, spec)
         body = service_spec(self._config, spec, pinned)
         name = body["Name"]
         try:
@@ -160,7 +151,7 @@ class SwarmLauncher:
             await self._remove(service_id)
             raise OSError(f"swarm made no task for worker service {name} in {ASSIGN_WAIT_S:.0f} s")
         node_id = task.node_id or pinned
-        node = await self._node_name(node_id)
+        node = node_names(nodes).get(node_id, "")
         record = LaunchRecord(
             worker_id=spec.worker_id,
             model_name=spec.model_name,
@@ -171,7 +162,7 @@ class SwarmLauncher:
             started_unix_ms=int(time.time() * 1000),
             details={SERVICE_NAME: name, TASK: task.task_id, NODE: node, NODE_ID: node_id},
         )
-        self._watched[spec.worker_id] = _Watched(record)
+        self._watched[spec.worker_id] = Watched(record)
         log.info("worker service created", model=spec.model_name, version=spec.version,
                  worker=spec.worker_id, service=name, node=node or "unassigned")  # fmt: skip
         return record
@@ -192,7 +183,8 @@ class SwarmLauncher:
 
     async def adopt(self, records: Sequence[LaunchRecord]) -> list[LaunchRecord]:
         services = {worker_label(s): s for s in await self._cluster_services()}
-        tasks, down = await self._tasks_by_service(), await self._down_nodes()
+        tasks, nodes = await self._tasks_by_service(), await self._nodes()
+        down, names = down_nodes(nodes), node_names(nodes)
         adopted: list[LaunchRecord] = []
         for record in records:
             service = services.get(record.worker_id)
@@ -204,7 +196,7 @@ class SwarmLauncher:
                 await self._remove(str(service["ID"]))
                 continue
             assert task is not None
-            node = await self._node_name(task.node_id)
+            node = names.get(task.node_id, "")
             details = {
                 **record.details,
                 SERVICE_NAME: name_of_service(service),
@@ -213,14 +205,15 @@ class SwarmLauncher:
                 NODE_ID: task.node_id,
             }
             record = record.model_copy(update={"handle": str(service["ID"]), "details": details})
-            self._watched[record.worker_id] = _Watched(record)
+            self._watched[record.worker_id] = Watched(record)
             adopted.append(record)
             log.info("worker service adopted", model=record.model_name, version=record.version,
                      worker=record.worker_id, service=details[SERVICE_NAME], node=node)  # fmt: skip
         return adopted
 
     async def discover(self) -> list[LaunchRecord]:
-        tasks, down = await self._tasks_by_service(), await self._down_nodes()
+        tasks, nodes = await self._tasks_by_service(), await self._nodes()
+        down, names = down_nodes(nodes), node_names(nodes)
         found: list[LaunchRecord] = []
         for service in await self._cluster_services():
             worker_id = worker_label(service)
@@ -247,7 +240,7 @@ class SwarmLauncher:
                     details={
                         SERVICE_NAME: name_of_service(service),
                         TASK: task.task_id,
-                        NODE: await self._node_name(task.node_id),
+                        NODE: names.get(task.node_id, ""),
                         NODE_ID: task.node_id,
                     },
                 )
@@ -285,7 +278,7 @@ class SwarmLauncher:
             live = [(wid, w) for wid, w in self._watched.items() if not w.exited]
             if not live:
                 return
-            tasks, down = await self._tasks_by_id(), await self._down_nodes()
+            tasks, down = await self._tasks_by_id(), down_nodes(await self._nodes())
             for worker_id, watched in live:
                 details = watched.record.details
                 how = ended(tasks.get(details.get(TASK, "")), down, details.get(NODE_ID, ""))
@@ -335,22 +328,6 @@ class SwarmLauncher:
 
     async def _nodes(self) -> list[Mapping[str, Any]]:
         return await self._docker.nodes.list()
-
-    async def _down_nodes(self) -> set[str]:
-        return {
-            str(node["ID"])
-            for node in await self._nodes()
-            if (node.get("Status") or {}).get("State") == "down"
-        }
-
-    async def _node_name(self, node_id: str) -> str:
-        if not node_id:
-            return ""
-        try:
-            node = await self._docker.nodes.inspect(node_id=node_id)
-        except DockerError:
-            return ""
-        return hostname(node) or node_id[:12]
 
     async def _remove(self, service_id: str) -> None:
         try:

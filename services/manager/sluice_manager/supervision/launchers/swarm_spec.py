@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sluice_manager.supervision.launchers.base import LaunchRecord, WorkerExit, WorkerSpec
+from sluice_manager.supervision.launchers.base import Capacity, LaunchRecord, WorkerExit, WorkerSpec
 from sluice_manager.supervision.launchers.docker import LABEL_WORKER, DockerConfig, labels
 
 # The launch record's detail naming the node a worker runs on (or is pinned to).
@@ -183,3 +183,23 @@ def worker_label(service: Mapping[str, Any]) -> str:
 
 def name_of_service(service: Mapping[str, Any]) -> str:
     return str((service.get("Spec") or {}).get("Name", ""))
+
+
+def down_nodes(nodes: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The ids of the nodes Swarm marks down."""
+    return {str(node["ID"]) for node in nodes if (node.get("Status") or {}).get("State") == "down"}
+
+
+def node_names(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Node id -> hostname."""
+    return {str(node["ID"]): hostname(node) or str(node["ID"])[:12] for node in nodes}
+
+
+def pooled_capacity(host: str, nodes: Sequence[Mapping[str, Any]], gpu_ids: tuple[int, ...]) -> Capacity:
+    """The cores of the nodes that take tasks (ready and active), as one pool named ``host``."""
+    nanos = sum(
+        int(((node.get("Description") or {}).get("Resources") or {}).get("NanoCPUs") or 0)
+        for node in nodes
+        if takes_tasks(node)
+    )
+    return Capacity(host=host, cpus=max(1, nanos // 1_000_000_000), gpu_ids=gpu_ids)
