@@ -289,6 +289,12 @@ def test_a_stream_past_its_deadline_ends_with_deadline_exceeded_after_an_exact_p
 
 
 async def test_past_the_queue_size_requests_are_refused_at_once(site: GenerativeSite) -> None:
+    def queued() -> int:
+        return int(site.redis().xlen(keys.job_stream(CB, "1.0")))
+
+    # A job an earlier test left (a call past its deadline the worker has not yet dropped) would take
+    # a place in the queue, refuse one of the calls below, then leave: start from an empty queue.
+    await eventually(lambda: queued() == 0, timeout_s=30)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{site.grpc_port}")
     stub = InferenceAPIsServiceStub(channel)
     long = PredictionsRequest(model_name=CB, input={"data": ask("kserve", 480)})
@@ -299,7 +305,7 @@ async def test_past_the_queue_size_requests_are_refused_at_once(site: Generative
         # Each call counts against the queue until it ends. The next call is sent as soon as all are
         # queued: a generation lasts ~5 s, and on a loaded machine the first could end while the
         # worker's slots were still filling, leaving room in the queue.
-        await eventually(lambda: site.redis().xlen(keys.job_stream(CB, "1.0")) == QUEUE_SIZE, timeout_s=10)
+        await eventually(lambda: queued() == QUEUE_SIZE, timeout_s=10)
         refused = stub.StreamPredictions(long, metadata=site.metadata())
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await refused.read()
