@@ -29,6 +29,7 @@ from sluice.transport.tls import add_grpc_port
 
 from sluice_gateway.broker.redis_admission import RedisJobAdmission
 from sluice_gateway.broker.redis_reader import RedisClusterReader
+from sluice_gateway.broker.redis_regions import RedisRegions
 from sluice_gateway.broker.redis_replies import RedisReplies
 from sluice_gateway.broker.registry_events import RegistryEvents
 from sluice_gateway.broker.replica_wait import ReplicaWait
@@ -38,6 +39,7 @@ from sluice_gateway.grpc_api.server import Readiness, add_reflection, create_ser
 from sluice_gateway.health import ModelHealth
 from sluice_gateway.kserve import grpc as kserve_grpc
 from sluice_gateway.kserve.service import KServeService
+from sluice_gateway.kserve.shared_memory import SharedMemory
 from sluice_gateway.metrics.inference import InferenceMetrics
 from sluice_gateway.registry_cache import RegistryCache
 from sluice_gateway.security import gateway_security, warn_exposure
@@ -118,6 +120,7 @@ class Gateway:
             self.workflows,
             gateway_ready=self._ready,
             version=sluice_version,
+            shared_memory=SharedMemory(RedisRegions(self.redis), enabled=settings.system_shared_memory),
         )
         self.listeners: list[HttpListener] = []
         self.server: grpc.aio.Server | None = None

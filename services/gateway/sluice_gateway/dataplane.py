@@ -9,7 +9,7 @@ is reached through two seams (:mod:`sluice_gateway.broker.seam`): job admission 
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,6 +18,7 @@ from sluice.envelope import Reply, WireProtocol, encode_job_with_request
 from sluice.errors import ErrorCode, SluiceError, no_worker_message
 from sluice.registry import names
 from sluice.registry.records import VersionRecord
+from sluice.v1.job_pb2 import SharedMemorySpan
 
 from sluice_gateway.broker.seam import (
     UNAVAILABLE_MESSAGE,
@@ -68,6 +69,9 @@ class InferenceCall:
     # What a stateful model's call that names no sequence gets: an error with this message, or
     # (None) a new sequence, as TorchServe's REST API makes one.
     missing_sequence: str | None = SEQUENCE_ID_REQUIRED
+    # KServe v2 tensors in system shared memory: the spans the worker reads and writes.
+    shm_inputs: Sequence[SharedMemorySpan] = ()
+    shm_outputs: Sequence[SharedMemorySpan] = ()
 
 
 class JobObserver(Protocol):
@@ -194,6 +198,7 @@ class DataPlane:
                 headers=headers,
                 sequence=step,
                 trace=self._trace_context() if self._trace_context is not None else ("", ""),
+                shm=(call.shm_inputs, call.shm_outputs),
             ),
             call.request,
         )

@@ -2,10 +2,11 @@
 and how long a call may wait."""
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sluice.envelope import Job, Reply, WireProtocol
 from sluice.errors import ErrorCode, SluiceError
+from sluice.v1.job_pb2 import SharedMemorySpan
 
 from sluice_gateway.broker.seam import SequenceStep
 
@@ -29,12 +30,14 @@ def build_job(
     headers: Mapping[str, str] | None = None,
     sequence: SequenceStep | None = None,
     trace: tuple[str, str] = ("", ""),
+    shm: tuple[Sequence[SharedMemorySpan], Sequence[SharedMemorySpan]] = ((), ()),
 ) -> Job:
     """The Job for one request; its deadline is ``now_ms + timeout_s``.
 
     ``final_only``: the client takes exactly one answer (a unary call), so a model that answers in
     chunks has the worker join them into its final reply instead of sending chunks nobody reads.
-    ``trace``: the ``traceparent`` and ``tracestate`` of the gateway's span (tracing on)."""
+    ``trace``: the ``traceparent`` and ``tracestate`` of the gateway's span (tracing on).
+    ``shm``: the spans of the KServe v2 inputs and outputs in shared memory."""
     job = Job(
         job_id=job_id,
         protocol=protocol,
@@ -51,6 +54,9 @@ def build_job(
     )
     if headers:
         job.headers.update(headers)
+    if shm[0] or shm[1]:
+        job.shm_inputs.extend(shm[0])
+        job.shm_outputs.extend(shm[1])
     if sequence is not None:
         job.sequence_id = sequence.sequence_id
         job.sequence_start = bool(sequence.start)

@@ -34,6 +34,7 @@ class GatewaySettings(AuthSettings, TlsSettings):
         "ts_header_key_sequence_end": "header_key_sequence_end",
         "sluice_redis_wait_replicas": "redis_wait_replicas",
         "sluice_redis_wait_timeout_ms": "redis_wait_timeout_ms",
+        "sluice_system_shared_memory": "system_shared_memory",
     }
 
     # TorchServe's keys and defaults.
@@ -50,6 +51,9 @@ class GatewaySettings(AuthSettings, TlsSettings):
     kserve_max_request_size: PositiveInt = 64 * 1024 * 1024
     # Requests of one ModelStreamInfer call awaiting replies; more requests wait (flow control).
     kserve_stream_max_in_flight: PositiveInt = 256
+    # The KServe v2 / Triton system shared-memory extension (kserve/shared_memory.py): off, since a
+    # client that registers a key reads and writes that object with the server's rights.
+    system_shared_memory: bool = False
     # REST inference API (TorchServe routes and KServe v2 REST) and Prometheus metrics:
     # http://host:port or unix:/path.
     inference_address: str = "http://127.0.0.1:8080"

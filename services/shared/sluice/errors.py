@@ -20,6 +20,8 @@ class ErrorCode(enum.Enum):
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
     VERSION_NOT_FOUND = "VERSION_NOT_FOUND"
     WORKFLOW_NOT_FOUND = "WORKFLOW_NOT_FOUND"
+    # Anything else a call names that does not exist (a shared-memory region).
+    NOT_FOUND = "NOT_FOUND"
     # Queue at `job_queue_size`, or no live worker: TorchServe answers both with one message.
     QUEUE_FULL = "QUEUE_FULL"
     NO_WORKER = "NO_WORKER"
@@ -52,6 +54,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.MODEL_NOT_FOUND: 404,
     ErrorCode.VERSION_NOT_FOUND: 404,
     ErrorCode.WORKFLOW_NOT_FOUND: 404,
+    ErrorCode.NOT_FOUND: 404,
     ErrorCode.QUEUE_FULL: 503,
     ErrorCode.NO_WORKER: 503,
     ErrorCode.UNAVAILABLE: 503,
@@ -76,6 +79,7 @@ EXCEPTION_CLASS: dict[ErrorCode, str] = {
     ErrorCode.MODEL_NOT_FOUND: "org.pytorch.serve.archive.model.ModelNotFoundException",
     ErrorCode.VERSION_NOT_FOUND: "org.pytorch.serve.archive.model.ModelVersionNotFoundException",
     ErrorCode.WORKFLOW_NOT_FOUND: "org.pytorch.serve.archive.workflow.WorkflowNotFoundException",
+    ErrorCode.NOT_FOUND: "org.pytorch.serve.http.ResourceNotFoundException",
     ErrorCode.QUEUE_FULL: "org.pytorch.serve.http.ServiceUnavailableException",
     ErrorCode.NO_WORKER: "org.pytorch.serve.http.ServiceUnavailableException",
     ErrorCode.UNAVAILABLE: "org.pytorch.serve.http.ServiceUnavailableException",

@@ -4,6 +4,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from sluice.kserve.shared_memory import Region
 from sluice.registry.reader import ModelRouting
 from sluice.registry.records import StartupReport, VersionRecord, WorkerRecord, WorkerStatus
 from sluice.registry.workflows import WorkflowRecord
@@ -93,3 +94,31 @@ def record(model: str = "echo", version: str = "1.0", **fields: Any) -> VersionR
 
 def worker(worker_id: str = "9000") -> WorkerRecord:
     return WorkerRecord(worker_id=worker_id, pid=1, host="h", status=WorkerStatus.READY, started_unix_ms=0)
+
+
+class InMemoryRegions:
+    """Registered shared-memory regions in a dict behind the ``RegionStore`` seam."""
+
+    def __init__(self) -> None:
+        self.regions: dict[str, Region] = {}
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise BrokerUnavailable("down")
+
+    async def add(self, region: Region) -> bool:
+        self._check()
+        if region.name in self.regions:
+            return False
+        self.regions[region.name] = region
+        return True
+
+    async def remove(self, names: Sequence[str]) -> None:
+        self._check()
+        for name in names or list(self.regions):
+            self.regions.pop(name, None)
+
+    async def find(self, names: Sequence[str]) -> dict[str, Region]:
+        self._check()
+        return {name: region for name, region in self.regions.items() if not names or name in names}

@@ -13,10 +13,11 @@ from sluice_gateway.dataplane import DataPlane
 from sluice_gateway.kserve import max_form
 from sluice_gateway.kserve.grpc_codec import parse_infer_request, to_kserve_request
 from sluice_gateway.kserve.service import KServeService
+from sluice_gateway.kserve.shared_memory import SharedMemory
 from sluice_gateway.registry_cache import RegistryCache
 from sluice_gateway.workflows.service import Workflows
 
-from tests.unit.gateway.fakes import FakeClusterReader, record
+from tests.unit.gateway.fakes import FakeClusterReader, InMemoryRegions, record
 from tests.unit.gateway.in_memory_broker import InMemoryBroker
 
 Input = pb.ModelInferRequest.InferInputTensor
@@ -49,6 +50,7 @@ class Served:
             Workflows(plane, resolver),
             gateway_ready=self._ready,
             version="test",
+            shared_memory=SharedMemory(InMemoryRegions(), enabled=False),
         )
 
     @staticmethod

@@ -288,3 +288,39 @@ def test_input_arrays_from_a_request() -> None:
     assert kserve_codec.to_torch(
         kserve_codec.from_raw("BF16", (2, 3), _raw_of("BF16", SAMPLES["BF16"])), "BF16"
     ).dtype is (torch.bfloat16)
+
+
+def test_outputs_in_shared_memory_carry_their_parameters_and_keep_later_raw_entries_in_place() -> None:
+    region = {"shared_memory_region": pb.InferParameter(string_param="out")}
+    first = kserve_codec.WireTensor("a", "INT8", (1,), b"\x01")
+    second = kserve_codec.WireTensor("b", "INT8", (1,), b"\x02")
+    before = kserve_codec.response([first, second], typed=False, shared={"a": region})
+    assert list(before.raw_output_contents) == [b"", b"\x02"]
+    assert before.outputs[0].parameters["shared_memory_region"].string_param == "out"
+    after = kserve_codec.response([second, first], typed=False, shared={"a": region})
+    assert list(after.raw_output_contents) == [b"\x02"]
+    alone = kserve_codec.response([first], typed=False, shared={"a": region})
+    assert list(alone.raw_output_contents) == []
+
+
+def test_inputs_read_from_shared_memory_take_the_place_of_raw_entries() -> None:
+    request = pb.ModelInferRequest(
+        inputs=[
+            pb.ModelInferRequest.InferInputTensor(name="a", datatype="INT16", shape=[2]),
+            pb.ModelInferRequest.InferInputTensor(name="b", datatype="INT8", shape=[1]),
+        ],
+        raw_input_contents=[b"\x05"],
+    )
+    shared = bytearray(b"\x01\x00\x02\x00")
+    [(_, a), (_, b)] = kserve_codec.input_arrays(request, {"a": shared})
+    assert a.tolist() == [1, 2]
+    assert b.tolist() == [5]
+    a[0] = 9  # the array is built on the buffer read from shared memory, not on a copy of it
+    assert shared[0] == 9
+
+
+def test_bytes_read_from_shared_memory_are_checked() -> None:
+    with pytest.raises(kserve_codec.CodecError, match="incomplete string data"):
+        kserve_codec.split_bytes(bytearray(b"\x05\x00\x00\x00ab"))
+    with pytest.raises(kserve_codec.CodecError, match="incomplete string length"):
+        kserve_codec.split_bytes(bytearray(b"\x01\x00"))

@@ -4,7 +4,7 @@ over the transport-agnostic :class:`KServeService`; also served under TorchServe
 
 Registered with generic method handlers: the inference rpcs take the raw request bytes (forwarded to
 the worker as ``Job.request``) and return the worker-built ModelInferResponse bytes unparsed. Rpcs not
-listed here (model load/unload, shared memory, trace, log settings) answer UNIMPLEMENTED. Error
+listed here (model load/unload, CUDA shared memory, trace, log settings) answer UNIMPLEMENTED. Error
 details are the bare message (no TorchServe exception class).
 """
 
@@ -70,6 +70,33 @@ class KServeInference:
     ) -> pb.RepositoryIndexResponse:
         return grpc_codec.repository_index(await self._service.repository_index(request.ready))
 
+    async def system_shared_memory_status(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        regions = await self._service.shared_memory.status(request.name)
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in regions:
+            response.regions[region.name].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                    name=region.name, key=region.key, offset=region.offset, byte_size=region.byte_size
+                )
+            )
+        return response
+
+    async def system_shared_memory_register(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        await self._service.shared_memory.register(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def system_shared_memory_unregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        await self._service.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
     async def model_infer(self, raw: bytes, context: RawContext) -> bytes:
         request = grpc_codec.parse_infer_request(raw)
         return await self._service.infer(request, raw, context.time_remaining())
@@ -119,6 +146,21 @@ def handlers(servicer: KServeInference) -> dict[str, Handler]:
         ),
         "RepositoryIndex": _unary(
             servicer.repository_index, pb.RepositoryIndexRequest, pb.RepositoryIndexResponse
+        ),
+        "SystemSharedMemoryStatus": _unary(
+            servicer.system_shared_memory_status,
+            pb.SystemSharedMemoryStatusRequest,
+            pb.SystemSharedMemoryStatusResponse,
+        ),
+        "SystemSharedMemoryRegister": _unary(
+            servicer.system_shared_memory_register,
+            pb.SystemSharedMemoryRegisterRequest,
+            pb.SystemSharedMemoryRegisterResponse,
+        ),
+        "SystemSharedMemoryUnregister": _unary(
+            servicer.system_shared_memory_unregister,
+            pb.SystemSharedMemoryUnregisterRequest,
+            pb.SystemSharedMemoryUnregisterResponse,
         ),
         # Raw bytes in and out: no (de)serializer.
         "ModelInfer": grpc.unary_unary_rpc_method_handler(servicer.model_infer),

@@ -16,6 +16,7 @@ from sluice_gateway.kserve.request import (
     Parameter,
     ParameterKind,
     RequestedOutput,
+    shared_memory_ref,
 )
 from sluice_gateway.kserve.service import IndexEntry, ServerMetadata, StatsEntry
 from sluice_gateway.kserve.stats import Duration
@@ -47,9 +48,7 @@ def to_kserve_request(message: pb.ModelInferRequest) -> KServeRequest:
         request_id=message.id,
         inputs=tuple(_input(tensor) for tensor in message.inputs),
         raw_input_contents=tuple(message.raw_input_contents),
-        outputs=tuple(
-            RequestedOutput(output.name, parameters(output.parameters)) for output in message.outputs
-        ),
+        outputs=tuple(_output(output) for output in message.outputs),
         parameters=parameters(message.parameters),
     )
 
@@ -59,7 +58,15 @@ def _input(tensor: pb.ModelInferRequest.InferInputTensor) -> InputTensor:
     if tensor.HasField("contents"):
         lengths = ((name, len(getattr(tensor.contents, name))) for name in CONTENTS_FIELDS)
         counts = {name: count for name, count in lengths if count}
-    return InputTensor(tensor.name, tensor.datatype, tuple(tensor.shape), counts)
+    region = (
+        shared_memory_ref(tensor.name, parameters(tensor.parameters), "input") if tensor.parameters else None
+    )
+    return InputTensor(tensor.name, tensor.datatype, tuple(tensor.shape), counts, region)
+
+
+def _output(output: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
+    given = parameters(output.parameters)
+    return RequestedOutput(output.name, given, shared_memory_ref(output.name, given, "output"))
 
 
 def parameters(values: Mapping[str, pb.InferParameter]) -> dict[str, Parameter]:

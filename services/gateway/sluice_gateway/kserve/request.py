@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve.shared_memory import BYTE_SIZE, OFFSET, REGION
 
 from sluice_gateway.broker.seam import SequenceStep
 
@@ -25,18 +26,31 @@ class Parameter:
 
 
 @dataclass(frozen=True, slots=True)
+class SharedMemoryRef:
+    """A tensor bound to a registered system shared-memory region (its ``shared_memory_*`` parameters)."""
+
+    region: str
+    byte_size: int
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class InputTensor:
     name: str
     datatype: str
     shape: tuple[int, ...]
     # Element count per non-empty InferTensorContents field; None when the input has no contents.
     typed_counts: Mapping[str, int] | None = None
+    # Set when the input's bytes are in a shared-memory region (it then has no raw entry).
+    shared_memory: SharedMemoryRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class RequestedOutput:
     name: str
     parameters: Mapping[str, Parameter] = field(default_factory=dict)
+    # Set when the output is to be written into a shared-memory region.
+    shared_memory: SharedMemoryRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +59,14 @@ class KServeRequest:
     version: str
     request_id: str
     inputs: tuple[InputTensor, ...]
-    # One entry per input in order, or empty when the inputs carry typed contents.
+    # One entry per input not in shared memory, in order; empty when the inputs carry typed contents.
     raw_input_contents: tuple[bytes, ...] = ()
     outputs: tuple[RequestedOutput, ...] = ()
     parameters: Mapping[str, Parameter] = field(default_factory=dict)
+
+    @property
+    def uses_shared_memory(self) -> bool:
+        return any(t.shared_memory for t in self.inputs) or any(o.shared_memory for o in self.outputs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,3 +166,37 @@ def _flag(parameters: Mapping[str, Parameter], key: str, *, default: bool) -> bo
 
 def _invalid(message: str) -> SluiceError:
     return SluiceError(ErrorCode.INVALID_ARGUMENT, message)
+
+
+def shared_memory_ref(tensor: str, parameters: Mapping[str, Parameter], kind: str) -> SharedMemoryRef | None:
+    """The region an input or requested output (``kind``) names, None when it names none; Triton's
+    parameter types: a string region, int64 (or uint64) byte size and offset."""
+    region = parameters.get(REGION)
+    size = parameters.get(BYTE_SIZE)
+    offset = parameters.get(OFFSET)
+    if region is None:
+        if size is not None or offset is not None:
+            raise _invalid(f"'{REGION}' must be specified with '{BYTE_SIZE}' for {kind} '{tensor}'")
+        return None
+    if region.kind != "string" or not isinstance(region.value, str) or not region.value:
+        raise _invalid(
+            f"invalid value type for '{REGION}' parameter for {kind} '{tensor}', expected string_param."
+        )
+    if size is None:
+        raise _invalid(f"'{BYTE_SIZE}' must be specified with '{REGION}' for {kind} '{tensor}'")
+    return SharedMemoryRef(
+        region.value,
+        _count(size, BYTE_SIZE, tensor, kind),
+        0 if offset is None else _count(offset, OFFSET, tensor, kind),
+    )
+
+
+def _count(parameter: Parameter, key: str, tensor: str, kind: str) -> int:
+    value = parameter.value
+    if parameter.kind not in ("int64", "uint64") or not isinstance(value, int) or isinstance(value, bool):
+        raise _invalid(
+            f"invalid value type for '{key}' parameter for {kind} '{tensor}', expected int64_param."
+        )
+    if value < 0:
+        raise _invalid(f"invalid value for '{key}' parameter for {kind} '{tensor}', expected a value >= 0")
+    return value

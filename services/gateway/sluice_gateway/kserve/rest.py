@@ -10,6 +10,7 @@ from sluice_gateway.kserve.rest_codec import (
     infer_response_body,
     message_json,
     parse_infer_request,
+    region_body,
 )
 from sluice_gateway.kserve.service import KServeService
 
@@ -28,6 +29,11 @@ class KServeRoutes:
             web.get("/v2/health/live", self.live),
             web.get("/v2/health/ready", self.ready),
             web.get("/v2/models/stats", self.all_statistics),
+            web.get("/v2/systemsharedmemory/status", self.shared_memory_status),
+            web.get("/v2/systemsharedmemory/region/{name}/status", self.shared_memory_status),
+            web.post("/v2/systemsharedmemory/region/{name}/register", self.shared_memory_register),
+            web.post("/v2/systemsharedmemory/unregister", self.shared_memory_unregister),
+            web.post("/v2/systemsharedmemory/region/{name}/unregister", self.shared_memory_unregister),
         ]
         for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
             routes += [
@@ -84,6 +90,21 @@ class KServeRoutes:
 
     async def all_statistics(self, request: web.Request) -> web.Response:
         return web.json_response(message_json(statistics(await self._service.statistics("", ""))))
+
+    async def shared_memory_status(self, request: web.Request) -> web.Response:
+        regions = await self._service.shared_memory.status(request.match_info.get("name", ""))
+        return web.json_response(
+            [{"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size} for r in regions]
+        )
+
+    async def shared_memory_register(self, request: web.Request) -> web.Response:
+        key, offset, byte_size = region_body(await request.read())
+        await self._service.shared_memory.register(request.match_info["name"], key, offset, byte_size)
+        return web.Response()
+
+    async def shared_memory_unregister(self, request: web.Request) -> web.Response:
+        await self._service.shared_memory.unregister(request.match_info.get("name", ""))
+        return web.Response()
 
     async def infer(self, request: web.Request) -> web.Response:
         model, version = _model(request)

@@ -19,6 +19,7 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError, Message
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve import shared_memory
 from sluice.v1 import kserve_pb2 as pb
 
 from sluice_gateway.kserve.rest_tensors import frame, json_data, pack
@@ -88,7 +89,8 @@ def _split(body: bytes, header_length: str | None) -> tuple[Any, bytes]:
 
 def _input(
     item: Any, binary: memoryview, offset: int
-) -> tuple[pb.ModelInferRequest.InferInputTensor, bytes, int]:
+) -> tuple[pb.ModelInferRequest.InferInputTensor, bytes | None, int]:
+    """The input, its raw bytes (None for an input in shared memory) and where the next binary data starts."""
     if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
         raise _invalid("every input needs a 'name'")
     name, datatype, shape = item["name"], item.get("datatype"), item.get("shape")
@@ -101,6 +103,8 @@ def _input(
     tensor = pb.ModelInferRequest.InferInputTensor(name=name, datatype=datatype, shape=shape)
     parameters = item.get("parameters") or {}
     _parameters(tensor.parameters, parameters, skip=(BINARY_DATA_SIZE,))
+    if isinstance(parameters, Mapping) and shared_memory.REGION in parameters:
+        return tensor, None, offset
     size = parameters.get(BINARY_DATA_SIZE) if isinstance(parameters, Mapping) else None
     if size is not None:
         if not isinstance(size, int) or size < 0 or offset + size > len(binary):
@@ -109,6 +113,20 @@ def _input(
     if "data" not in item:
         raise _invalid(f"input '{name}' has neither 'data' nor binary data")
     return tensor, pack(datatype, item["data"], name), offset
+
+
+def region_body(body: bytes) -> tuple[str, int, int]:
+    """A system shared-memory register body, ``{"key", "offset"?, "byte_size"}``: (key, offset, size)."""
+    try:
+        document = json.loads(body or b"{}")
+    except ValueError as exc:
+        raise _invalid(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("key"), str):
+        raise _invalid("a shared memory region needs a 'key' string")
+    counts = [document.get("offset", 0), document.get("byte_size")]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= INT64_MAX for n in counts):
+        raise _invalid("a shared memory region needs 'byte_size' (and 'offset', if given) as integers >= 0")
+    return document["key"], counts[0], counts[1]
 
 
 def parse_infer_request(body: bytes, header_length: str | None, model: str, version: str) -> RestInferRequest:
@@ -126,7 +144,8 @@ def parse_infer_request(body: bytes, header_length: str | None, model: str, vers
     for item in inputs:
         tensor, raw, offset = _input(item, view, offset)
         message.inputs.append(tensor)
-        message.raw_input_contents.append(raw)
+        if raw is not None:
+            message.raw_input_contents.append(raw)
     binary_outputs = set()
     for item in document.get("outputs") or []:
         if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
@@ -184,6 +203,10 @@ def infer_response_body(raw: bytes, request: RestInferRequest) -> tuple[bytes, i
             "shape": list(tensor.shape),
         }
         parameters = {k: parameter_value(v) for k, v in tensor.parameters.items()}
+        if shared_memory.REGION in parameters:  # written into the client's region
+            output["parameters"] = parameters
+            outputs.append(output)
+            continue
         raw = raw_output(response, index)
         binary = request.binary_all or tensor.name in request.binary_outputs
         data = None if binary else json_data(tensor.datatype, raw)

@@ -35,13 +35,36 @@ def check_tensors(request: KServeRequest) -> None:
         if names.count(tensor.name) > 1:
             raise _invalid(f"input '{tensor.name}' is specified more than once for model '{model}'")
         _check_datatype_and_shape(tensor, model)
+        if tensor.shared_memory is not None:
+            _check_shared(tensor, model)
+    # Inputs in shared memory take no raw entry (Triton's rule).
+    sent = [tensor for tensor in request.inputs if tensor.shared_memory is None]
     if raw:
-        _check_raw_layout(request)
-        for tensor, data in zip(request.inputs, raw, strict=True):
+        _check_raw_layout(request, sent)
+        for tensor, data in zip(sent, raw, strict=True):
             check_raw(tensor, data, model)
         return
-    for tensor in request.inputs:
+    for tensor in sent:
         _check_typed(tensor, model)
+
+
+def _check_shared(tensor: InputTensor, model: str) -> None:
+    """An input in shared memory: no contents beside it, and the byte size its shape takes (BYTES
+    framing is checked where the bytes are read, by the worker)."""
+    assert tensor.shared_memory is not None
+    if tensor.typed_counts is not None:
+        raise _invalid(
+            f"contents field must not be specified when using shared memory for input '{tensor.name}' "
+            f"for model '{model}'"
+        )
+    if tensor.datatype == BYTES:
+        return
+    size = DATATYPES[tensor.datatype].byte_size * element_count(tensor.shape)
+    if tensor.shared_memory.byte_size != size:
+        raise _invalid(
+            f"input byte size mismatch for input '{tensor.name}' for model '{model}'. "
+            f"Expected {size}, got {tensor.shared_memory.byte_size}"
+        )
 
 
 def _check_datatype_and_shape(tensor: InputTensor, model: str) -> None:
@@ -57,16 +80,16 @@ def _check_datatype_and_shape(tensor: InputTensor, model: str) -> None:
         )
 
 
-def _check_raw_layout(request: KServeRequest) -> None:
-    for tensor in request.inputs:
+def _check_raw_layout(request: KServeRequest, sent: list[InputTensor]) -> None:
+    for tensor in sent:
         if tensor.typed_counts is not None:
             raise _invalid(
                 f"contents field must not be specified when using raw_input_contents for '{tensor.name}' "
                 f"for model '{request.model}'"
             )
-    if len(request.raw_input_contents) != len(request.inputs):
+    if len(request.raw_input_contents) != len(sent):
         raise _invalid(
-            f"the number of inputs ({len(request.inputs)}) does not match the expected number of raw "
+            f"the number of inputs ({len(sent)}) does not match the expected number of raw "
             f"input contents ({len(request.raw_input_contents)}) for model '{request.model}'"
         )
 

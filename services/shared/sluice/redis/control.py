@@ -56,6 +56,18 @@ class ControlRedis:
     async def hgetall(self, name: str) -> dict[bytes, bytes]:
         return _pairs(await self._link.send("HGETALL", name))
 
+    async def hmget(self, name: str, *keys: str) -> list[bytes | None]:
+        reply: list[bytes | None] = await self._link.send("HMGET", name, *keys)
+        return reply
+
+    async def hsetnx(self, name: str, key: str, value: str) -> int:
+        reply: int = await self._link.send("HSETNX", name, key, value)
+        return reply
+
+    async def hdel(self, name: str, *keys: str) -> int:
+        reply: int = await self._link.send("HDEL", name, *keys)
+        return reply
+
     async def hkeys(self, name: str) -> list[bytes]:
         reply: list[bytes] = await self._link.send("HKEYS", name)
         return reply

@@ -20,6 +20,10 @@ MODELS = f"{PREFIX}:models"
 # Hash workflow name -> its record (sluice.registry.workflows.WorkflowRecord, JSON).
 WORKFLOWS = f"{PREFIX}:workflows"
 
+# Hash region name -> a registered system shared-memory region (sluice.kserve.shared_memory.Region,
+# JSON): every gateway of the cluster sees the regions a client registered through any of them.
+SHARED_MEMORY_REGIONS = f"{PREFIX}:shm-regions"
+
 
 def _version_tag(model: str, version: str) -> str:
     return f"{PREFIX}:{{{model}:{version}}}"

@@ -14,6 +14,7 @@ _BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.MODEL_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     ErrorCode.VERSION_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     ErrorCode.WORKFLOW_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     ErrorCode.QUEUE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.NO_WORKER: grpc.StatusCode.UNAVAILABLE,

@@ -25,7 +25,9 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from sluice.envelope import Job
 from sluice.errors import ErrorCode, SluiceError
+from sluice.kserve import shared_memory
 from sluice.kserve.declaration import ModelTensors
+from sluice.kserve.shared_memory import SharedMemoryError, read_span, write_span
 from sluice.v1 import kserve_pb2 as pb
 
 from sluice_worker.protocols import kserve_codec
@@ -68,7 +70,13 @@ class KServe:
 
     def _parameters(self, job: Job, request: pb.ModelInferRequest) -> list[TsParameter]:
         try:
-            arrays = kserve_codec.input_arrays(request)
+            shared = {
+                span.tensor: read_span(span.key, span.offset, span.byte_size) for span in job.shm_inputs
+            }
+        except SharedMemoryError as exc:
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
+        try:
+            arrays = kserve_codec.input_arrays(request, shared)
         except (CodecError, ValueError) as exc:  # the gateway validated; a bad job is still no crash
             raise SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid tensor data: {exc}") from exc
         if self._tensors.tensor_handler:
@@ -112,7 +120,9 @@ class KServe:
                 BINARY_DATA_OUTPUT in request.parameters
                 and not request.parameters[BINARY_DATA_OUTPUT].bool_param
             )
-            response = kserve_codec.response(selected, typed=typed)
+            response = kserve_codec.response(
+                selected, typed=typed, shared=_write_shared(job, selected, request)
+            )
         except CodecError as exc:
             raise SluiceError(
                 ErrorCode.HANDLER_FAILED, f"Invalid v2 inference result: {exc}", http_status=500
@@ -199,3 +209,32 @@ class KServe:
             ]
 
         return handle
+
+
+def _write_shared(
+    job: Job, tensors: list[WireTensor], request: pb.ModelInferRequest
+) -> dict[str, Mapping[str, pb.InferParameter]]:
+    """Write the outputs bound to shared memory into their spans; returns the parameters that named
+    each one's region, by output name (the response carries them instead of the data)."""
+    if not job.shm_outputs:
+        return {}
+    spans = {span.tensor: span for span in job.shm_outputs}
+    asked: dict[str, Mapping[str, pb.InferParameter]] = {o.name: o.parameters for o in request.outputs}
+    written: dict[str, Mapping[str, pb.InferParameter]] = {}
+    for tensor in tensors:
+        span = spans.get(tensor.name)
+        if span is None:
+            continue
+        if len(tensor.raw) > span.byte_size:
+            raise SluiceError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"shared memory size specified with the request for output '{tensor.name}' "
+                f"({span.byte_size} bytes) should be at least {len(tensor.raw)} bytes to hold the results",
+            )
+        try:
+            write_span(span.key, span.offset, span.byte_size, tensor.raw)
+        except SharedMemoryError as exc:
+            raise SluiceError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
+        given: Mapping[str, pb.InferParameter] = asked.get(tensor.name, {})
+        written[tensor.name] = {key: given[key] for key in shared_memory.PARAMETERS if key in given}
+    return written

@@ -79,25 +79,33 @@ class WireTensor:
 
 
 def input_arrays(
-    request: pb.ModelInferRequest,
+    request: pb.ModelInferRequest, shared: Mapping[str, bytearray] | None = None
 ) -> list[tuple[pb.ModelInferRequest.InferInputTensor, np.ndarray]]:
-    """Every input as a numpy array of its shape (BYTES: object array of bytes; BF16: float32)."""
-    raws = list(request.raw_input_contents)
+    """Every input as a numpy array of its shape (BYTES: object array of bytes; BF16: float32).
+    ``shared``: the bytes of the inputs in shared memory, by name; the raw entries hold the others."""
+    shared = shared or {}
+    raws = iter(request.raw_input_contents)
+    has_raw = bool(request.raw_input_contents)
     out = []
-    for index, tensor in enumerate(request.inputs):
-        if raws:
-            array = from_raw(tensor.datatype, tuple(tensor.shape), raws[index])
+    for tensor in request.inputs:
+        shape = tuple(tensor.shape)
+        if tensor.name in shared:
+            array = from_raw(tensor.datatype, shape, shared[tensor.name])
+        elif has_raw:
+            array = from_raw(tensor.datatype, shape, next(raws))
         else:
-            array = from_typed(tensor.datatype, tuple(tensor.shape), tensor.contents)
+            array = from_typed(tensor.datatype, shape, tensor.contents)
         out.append((tensor, array))
     return out
 
 
-def from_raw(datatype: str, shape: tuple[int, ...], raw: bytes) -> np.ndarray:
+def from_raw(datatype: str, shape: tuple[int, ...], raw: bytes | bytearray) -> np.ndarray:
+    """A bytearray is taken as the array's own buffer; bytes are copied into one (the handler gets a
+    writable array it owns)."""
     if datatype == BYTES:
         return _object_array(split_bytes(raw), shape)
-    # bytearray: the handler gets a writable array it owns.
-    array = np.frombuffer(bytearray(raw), dtype=NUMPY_DTYPES[datatype]).reshape(shape)
+    buffer = raw if isinstance(raw, bytearray) else bytearray(raw)
+    array = np.frombuffer(buffer, dtype=NUMPY_DTYPES[datatype]).reshape(shape)
     return _bf16_to_float32(array) if datatype == "BF16" else array
 
 
@@ -112,13 +120,18 @@ def from_typed(datatype: str, shape: tuple[int, ...], contents: pb.InferTensorCo
     return np.array(values, dtype=_TYPED_FIELD_DTYPES[field]).astype(NUMPY_DTYPES[datatype]).reshape(shape)
 
 
-def split_bytes(raw: bytes) -> list[bytes]:
-    """BYTES raw data into its elements (the gateway validated the framing)."""
+def split_bytes(raw: bytes | bytearray) -> list[bytes]:
+    """BYTES raw data into its elements (the gateway validated the framing of raw entries; bytes read
+    from shared memory are checked here)."""
     elements, offset = [], 0
     while offset < len(raw):
+        if len(raw) - offset < _LENGTH.size:
+            raise CodecError("incomplete string length indicator in BYTES data")
         (length,) = _LENGTH.unpack_from(raw, offset)
         offset += _LENGTH.size
-        elements.append(raw[offset : offset + length])
+        if len(raw) - offset < length:
+            raise CodecError(f"incomplete string data in BYTES data: expected {length} bytes")
+        elements.append(bytes(raw[offset : offset + length]))
         offset += length
     return elements
 
@@ -343,18 +356,35 @@ def cast(tensor: WireTensor, datatype: str) -> WireTensor:
     return WireTensor(tensor.name, datatype, tensor.shape, to_raw(array, datatype))
 
 
-def response(tensors: Sequence[WireTensor], *, typed: bool) -> pb.ModelInferResponse:
+def response(
+    tensors: Sequence[WireTensor],
+    *,
+    typed: bool,
+    shared: Mapping[str, Mapping[str, pb.InferParameter]] | None = None,
+) -> pb.ModelInferResponse:
     """A ModelInferResponse with raw_output_contents, or typed contents when asked (FP16/BF16 have no
-    typed field, so a response holding one stays raw)."""
+    typed field, so a response holding one stays raw).
+
+    ``shared``: the outputs written into shared memory, with the parameters that named their region;
+    they carry those parameters and no data. tritonclient finds an output's raw entry by its position,
+    so such an output before one sent raw keeps an empty entry in its place."""
+    shared = shared or {}
     message = pb.ModelInferResponse()
-    typed = typed and all(DATATYPES[t.datatype].contents_field is not None for t in tensors)
+    sent = [t for t in tensors if t.name not in shared]
+    typed = typed and all(DATATYPES[t.datatype].contents_field is not None for t in sent)
+    placeholders = 0  # outputs in shared memory since the last raw entry
     for tensor in tensors:
         output = message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-        if typed:
+        if tensor.name in shared:
+            for key, value in shared[tensor.name].items():
+                output.parameters[key].CopyFrom(value)
+            placeholders += 1
+        elif typed:
             field = DATATYPES[tensor.datatype].contents_field
             assert field is not None
             values = from_raw(tensor.datatype, tensor.shape, tensor.raw).reshape(-1).tolist()
             getattr(output.contents, field).extend(values)
         else:
-            message.raw_output_contents.append(tensor.raw)
+            message.raw_output_contents.extend([b""] * placeholders + [tensor.raw])
+            placeholders = 0
     return message
