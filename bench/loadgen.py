@@ -139,14 +139,17 @@ async def grpc_unary_load(
     max_requests: int = 10_000_000,
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
     credentials: grpc.ChannelCredentials | None = None,
+    before_call: Callable[[], None] | None = None,
 ) -> LoadResult:
     """Closed-loop unary calls of ``method`` with the same pre-serialized ``request`` on one channel
-    (TLS with ``credentials``)."""
+    (TLS with ``credentials``). ``before_call`` runs before each call, inside its measured time."""
     async with grpc_channel(target, credentials) as channel:
         # No (de)serializers: bytes go out as they are and come back undecoded.
         stub: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(method)
 
         def call() -> Awaitable[Any]:
+            if before_call is not None:
+                before_call()
             answer: Awaitable[Any] = stub(request, timeout=timeout_s)
             return answer
 

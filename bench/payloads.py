@@ -49,6 +49,16 @@ def model_infer_request(model: str, data: bytes, shape: tuple[int, ...]) -> byte
     return request.SerializeToString()
 
 
+def model_infer_shm_request(model: str, region: str, byte_size: int, shape: tuple[int, ...]) -> bytes:
+    """A serialized KServe v2 ``ModelInferRequest`` whose one FP32 input of shape ``[1, *shape]`` is in
+    the registered system shared-memory region ``region`` (no raw entry)."""
+    request = kserve_pb2.ModelInferRequest(model_name=model)
+    tensor = request.inputs.add(name=KSERVE_INPUT, datatype="FP32", shape=[1, *shape])
+    tensor.parameters["shared_memory_region"].string_param = region
+    tensor.parameters["shared_memory_byte_size"].int64_param = byte_size
+    return request.SerializeToString()
+
+
 def grpc_frame(message: bytes) -> bytes:
     """``message`` as one uncompressed gRPC length-prefixed frame (what h2load sends as the body)."""
     return _FRAME_HEADER.pack(0, len(message)) + message
