@@ -5,7 +5,6 @@ package; shared/research/kserve_v2.md 1.5)."""
 
 import json
 import queue
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.compat.triton_ready import wait_ready
 from tests.support import kserve_models, stack
 from tests.support.redis_server import RedisServer
 
@@ -58,29 +58,12 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         services.append(gateway)
         stack.wait_workers_ready(server.url, workers)
         stack.startup_done(server.url, [(name, "1.0", 1) for name in MODELS])
-        _wait_live(f"127.0.0.1:{port}", gateway)
+        wait_ready(f"127.0.0.1:{port}", gateway)
         yield f"127.0.0.1:{port}"
     finally:
         for service in services:
             service.stop()
         server.kill()
-
-
-def _wait_live(address: str, gateway: stack.Service, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    client = grpcclient.InferenceServerClient(address)
-    try:
-        while time.monotonic() < deadline:
-            assert gateway.alive(), gateway.log()
-            try:
-                if client.is_server_ready():
-                    return
-            except InferenceServerException:
-                pass
-            time.sleep(0.1)
-    finally:
-        client.close()
-    raise AssertionError(f"gateway not ready:\n{gateway.log()}")
 
 
 @pytest.fixture

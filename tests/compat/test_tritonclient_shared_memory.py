@@ -4,7 +4,6 @@ and real workers read the inputs from /dev/shm and write the outputs there. A se
 same Redis runs with the extension off (its default)."""
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
+from tests.compat.triton_ready import wait_ready
 from tests.support import kserve_models, stack
 from tests.support.redis_server import RedisServer, free_port
 
@@ -60,29 +60,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         stack.wait_workers_ready(server.url, workers)
         stack.startup_done(server.url, [(name, "1.0", 1) for name in MODELS])
         for address, service in ((f"127.0.0.1:{port}", gateway), (f"127.0.0.1:{off_port}", off)):
-            _wait_ready(address, service)
+            wait_ready(address, service)
         yield Site(f"127.0.0.1:{port}", f"127.0.0.1:{http_port}", f"127.0.0.1:{off_port}", gateway)
     finally:
         for service in services:
             service.stop()
         server.kill()
-
-
-def _wait_ready(address: str, service: stack.Service, timeout_s: float = 30.0) -> None:
-    client = grpcclient.InferenceServerClient(address)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            assert service.alive(), service.log()
-            try:
-                if client.is_server_ready():
-                    return
-            except InferenceServerException:
-                pass
-            time.sleep(0.1)
-    finally:
-        client.close()
-    raise AssertionError(f"gateway not ready:\n{service.log()}")
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from sluice_gateway.metrics.cluster import VersionStats
 
 
 @contextmanager
-def _unavailable() -> Iterator[None]:
+def unavailable() -> Iterator[None]:
+    """Redis failures inside the block leave as BrokerUnavailable."""
     try:
         yield
     except RedisError as exc:
@@ -33,20 +34,20 @@ class RedisClusterReader:
         self._redis = redis
 
     async def model_names(self) -> list[str]:
-        with _unavailable():
+        with unavailable():
             raw = await self._redis.zrange(keys.MODELS, 0, -1)
         return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
 
     async def model_versions(self, model: str) -> tuple[str | None, set[str]]:
-        with _unavailable():
+        with unavailable():
             return await registry.model_versions(self._redis, model)
 
     async def model_routing(self, model: str) -> ModelRouting:
-        with _unavailable():
+        with unavailable():
             return await registry.model_routing(self._redis, model)
 
     async def sequence_version(self, model: str, versions: Sequence[str], sequence_id: str) -> str | None:
-        with _unavailable():
+        with unavailable():
             async with self._redis.pipeline(transaction=False) as pipe:
                 for version in versions:
                     pipe.exists(keys.sequence(model, version, sequence_id))
@@ -54,24 +55,24 @@ class RedisClusterReader:
         return next((version for version, exists in zip(versions, found, strict=True) if exists), None)
 
     async def version_record(self, model: str, version: str) -> VersionRecord | None:
-        with _unavailable():
+        with unavailable():
             return await registry.get_version(self._redis, model, version)
 
     async def live_workers(self, model: str, version: str) -> list[WorkerRecord]:
-        with _unavailable():
+        with unavailable():
             return await registry.live_workers(self._redis, model, version)
 
     async def workflow(self, name: str) -> WorkflowRecord | None:
-        with _unavailable():
+        with unavailable():
             return await workflows.get_workflow(self._redis, name)
 
     async def startup_report(self) -> StartupReport | None:
-        with _unavailable():
+        with unavailable():
             raw = await self._redis.get(keys.STARTUP_REPORT)
         return None if raw is None else StartupReport.from_json(raw)
 
     async def version_stats(self) -> list[VersionStats]:
-        with _unavailable():
+        with unavailable():
             return await redis_stats.read_stats(self._redis)
 
     async def answers(self, timeout_s: float) -> bool:

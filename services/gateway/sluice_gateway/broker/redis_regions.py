@@ -2,23 +2,13 @@
 one Redis hash, region name -> record: every gateway reads what any of them registered. Redis failures
 leave as :class:`~.seam.BrokerUnavailable`."""
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 from sluice.kserve.shared_memory import Region
 from sluice.redis import keys
 from sluice.redis.control import ControlRedis
-from sluice.redis.errors import RedisError
 
-from sluice_gateway.broker.seam import BrokerUnavailable
-
-
-@contextmanager
-def _unavailable() -> Iterator[None]:
-    try:
-        yield
-    except RedisError as exc:
-        raise BrokerUnavailable(str(exc)) from exc
+from sluice_gateway.broker.redis_reader import unavailable
 
 
 class RedisRegions:
@@ -26,18 +16,18 @@ class RedisRegions:
         self._redis = redis
 
     async def add(self, region: Region) -> bool:
-        with _unavailable():
+        with unavailable():
             return bool(await self._redis.hsetnx(keys.SHARED_MEMORY_REGIONS, region.name, region.to_json()))
 
     async def remove(self, names: Sequence[str]) -> None:
-        with _unavailable():
+        with unavailable():
             if names:
                 await self._redis.hdel(keys.SHARED_MEMORY_REGIONS, *names)
             else:
                 await self._redis.delete(keys.SHARED_MEMORY_REGIONS)
 
     async def find(self, names: Sequence[str]) -> dict[str, Region]:
-        with _unavailable():
+        with unavailable():
             if not names:
                 records = list((await self._redis.hgetall(keys.SHARED_MEMORY_REGIONS)).values())
             else:
