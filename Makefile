@@ -12,7 +12,7 @@ PYTEST := $(PY) -m pytest
 .PHONY: help install proto lint fmt test test-tiers test-unit test-integration test-e2e test-compat test-compose \
         test-compose-tier test-swarm test-swarm-tier compose-images compose-up compose-down swarm-up swarm-down gpu-check run stop bench \
         bench-quick bench-containers bench-sequences bench-autoscale bench-generate bench-failover bench-platform \
-        bench-workflows bench-large bench-worker-loop clean
+        bench-workflows bench-large bench-relay bench-worker-loop clean
 
 help:
 	@echo "make run           start redis, manager, gateway and the demo model (Ctrl-C stops)"
@@ -166,10 +166,15 @@ bench-failover: install
 bench-platform: install
 	$(PY) -m bench.platform $(ARGS)
 
-# 1, 4 and 16 MiB inputs (TorchServe gRPC and KServe v2 raw tensors), Sluice beside TorchServe 0.12, same
+# 1, 4 and 16 MiB inputs (TorchServe gRPC, KServe v2 raw tensors and system shared memory), Sluice beside TorchServe 0.12, same
 # rounds (bench/large_inputs.py). ARGS=--quick for a short run.
 bench-large: install
 	$(PY) -m bench.large_inputs $(ARGS)
+
+# What the broker alone adds to a call at C=1: a job and its reply relayed through Redis between two
+# processes with Sluice's pipelined client, nothing else (bench/broker_relay.py). ARGS=--quick.
+bench-relay: install
+	$(PY) -m bench.broker_relay $(ARGS)
 
 # Plain batching's handler inline on the worker loop's thread against the torch thread, same rounds
 # (bench/worker_loop.py): MLP C=1 latency and worker CPU per request, CNN throughput at saturation.
