@@ -179,6 +179,14 @@ def test_rest_inputs_in_shared_memory_carry_no_data_and_outputs_none_back() -> N
     assert output["parameters"]["shared_memory_region"] == "o"
 
 
+def test_a_rest_input_in_shared_memory_takes_no_data_beside_it() -> None:
+    region = {"shared_memory_region": "r", "shared_memory_byte_size": 4}
+    for extra in ({"data": [1.0]}, {"parameters": {**region, "binary_data_size": 4}}):
+        item = {"name": "a", "datatype": "FP32", "shape": [1], "parameters": region, **extra}
+        with pytest.raises(SluiceError, match="takes no 'data' and no binary data"):
+            parse_infer_request(json.dumps({"inputs": [item]}).encode(), None, "m", "")
+
+
 def test_rest_register_bodies() -> None:
     assert region_body(b'{"key": "/k", "byte_size": 8}') == ("/k", 0, 8)
     assert region_body(b'{"key": "/k", "offset": 4, "byte_size": 8}') == ("/k", 4, 8)

@@ -104,6 +104,8 @@ def _input(
     parameters = item.get("parameters") or {}
     _parameters(tensor.parameters, parameters, skip=(BINARY_DATA_SIZE,))
     if isinstance(parameters, Mapping) and shared_memory.REGION in parameters:
+        if "data" in item or BINARY_DATA_SIZE in parameters:
+            raise _invalid(f"input '{name}' is in shared memory: it takes no 'data' and no binary data")
         return tensor, None, offset
     size = parameters.get(BINARY_DATA_SIZE) if isinstance(parameters, Mapping) else None
     if size is not None:
