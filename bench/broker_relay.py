@@ -10,25 +10,18 @@ head's gRPC floor and TorchServe's whole call. Not a test: nothing is asserted.
 
 import argparse
 import multiprocessing
-import shutil
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 from sluice.redis.pipelined import PipelinedRedis
 
 from bench.loadgen import run_async
+from tests.support.redis_server import RedisServer
 
 JOBS, REPLIES, GROUP = "relay:jobs", "relay:replies", "workers"
 PAYLOAD = b"x" * 64
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def _worker(url: str, count: int) -> None:
@@ -65,32 +58,23 @@ async def _gateway(url: str, count: int, warmup: int) -> list[float]:
 
 
 def relay_ms(count: int, warmup: int) -> list[float]:
-    server = shutil.which("redis-server")
-    if server is None:
-        raise SystemExit("redis-server is not on PATH")
-    port = _free_port()
-    url = f"redis://127.0.0.1:{port}/0"
+    """``count`` relays through a private redis-server (no AOF), the first ``warmup`` left out."""
     with tempfile.TemporaryDirectory() as folder:
-        redis = subprocess.Popen(
-            [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", folder],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+        server = RedisServer(Path(folder), appendonly=False)
+        server.start()
         try:
-            _wait_for(port)
-            run_async(_setup(url))
+            run_async(_setup(server.url))
             worker = multiprocessing.get_context("spawn").Process(
-                target=_worker_process, args=(url, count), daemon=True
+                target=_worker_process, args=(server.url, count), daemon=True
             )
             worker.start()
             try:
-                return run_async(_gateway(url, count, warmup))
+                return run_async(_gateway(server.url, count, warmup))
             finally:
                 worker.join(timeout=30)
                 worker.kill()
         finally:
-            redis.kill()
-            redis.wait(timeout=10)
+            server.kill()
 
 
 async def _setup(url: str) -> None:
@@ -98,17 +82,6 @@ async def _setup(url: str) -> None:
     await redis.send("XGROUP", "CREATE", JOBS, GROUP, "$", "MKSTREAM")
     await redis.send("XADD", REPLIES, "*", "init", "1")
     await redis.close()
-
-
-def _wait_for(port: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"redis-server did not listen on {port}")
 
 
 def main() -> None:

@@ -50,9 +50,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.start()
     services: list[stack.Service] = []
     try:
-        for name, build in MODELS.items():
-            stack.register(server.url, build(name), root)
-        workers = {name: stack.start_worker(server.url, name, "1.0", root / "logs") for name in MODELS}
+        workers = stack.serve_models(server.url, MODELS, root)
         services += workers.values()
         gateway, port = stack.start_gateway(server.url, root / "logs")
         services.append(gateway)

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from io import BufferedWriter
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,16 @@ def register(redis_url: str, spec: ModelSpec, root: Path, **overrides: Any) -> d
         client.close()
     loaded: dict[str, Any] = json.loads(record.to_json())
     return loaded
+
+
+def serve_models(
+    redis_url: str, builds: Mapping[str, Callable[[str], ModelSpec]], root: Path
+) -> dict[str, Service]:
+    """Register each model (built under its name) as version 1.0 and start one worker for it; the
+    workers by model name."""
+    for name, build in builds.items():
+        register(redis_url, build(name), root)
+    return {name: start_worker(redis_url, name, "1.0", root / "logs") for name in builds}
 
 
 def start_worker(redis_url: str, model: str, version: str, log_dir: Path, *args: str) -> Service:

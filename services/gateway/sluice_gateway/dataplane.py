@@ -198,7 +198,8 @@ class DataPlane:
                 headers=headers,
                 sequence=step,
                 trace=self._trace_context() if self._trace_context is not None else ("", ""),
-                shm=(call.shm_inputs, call.shm_outputs),
+                shm_inputs=call.shm_inputs,
+                shm_outputs=call.shm_outputs,
             ),
             call.request,
         )

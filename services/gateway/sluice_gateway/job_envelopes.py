@@ -30,14 +30,15 @@ def build_job(
     headers: Mapping[str, str] | None = None,
     sequence: SequenceStep | None = None,
     trace: tuple[str, str] = ("", ""),
-    shm: tuple[Sequence[SharedMemorySpan], Sequence[SharedMemorySpan]] = ((), ()),
+    shm_inputs: Sequence[SharedMemorySpan] = (),
+    shm_outputs: Sequence[SharedMemorySpan] = (),
 ) -> Job:
     """The Job for one request; its deadline is ``now_ms + timeout_s``.
 
     ``final_only``: the client takes exactly one answer (a unary call), so a model that answers in
     chunks has the worker join them into its final reply instead of sending chunks nobody reads.
     ``trace``: the ``traceparent`` and ``tracestate`` of the gateway's span (tracing on).
-    ``shm``: the spans of the KServe v2 inputs and outputs in shared memory."""
+    ``shm_inputs`` / ``shm_outputs``: the spans of the KServe v2 tensors in shared memory."""
     job = Job(
         job_id=job_id,
         protocol=protocol,
@@ -54,9 +55,9 @@ def build_job(
     )
     if headers:
         job.headers.update(headers)
-    if shm[0] or shm[1]:
-        job.shm_inputs.extend(shm[0])
-        job.shm_outputs.extend(shm[1])
+    if shm_inputs or shm_outputs:
+        job.shm_inputs.extend(shm_inputs)
+        job.shm_outputs.extend(shm_outputs)
     if sequence is not None:
         job.sequence_id = sequence.sequence_id
         job.sequence_start = bool(sequence.start)

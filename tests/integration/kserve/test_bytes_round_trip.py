@@ -47,9 +47,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     server.start()
     started: list[stack.Service] = []
     try:
-        for name, build in MODELS.items():
-            stack.register(server.url, build(name), root)
-        running = {name: stack.start_worker(server.url, name, "1.0", root / "logs") for name in MODELS}
+        running = stack.serve_models(server.url, MODELS, root)
         started += running.values()
         stack.wait_workers_ready(server.url, running)
         yield server

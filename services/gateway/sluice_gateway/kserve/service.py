@@ -11,7 +11,7 @@ sees TorchServe's sequence headers instead of them).
 
 import dataclasses
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -20,7 +20,6 @@ from sluice.errors import ErrorCode, SluiceError
 from sluice.registry import names
 from sluice.registry.records import VersionRecord
 from sluice.registry.workflows import WorkflowRecord
-from sluice.v1.job_pb2 import SharedMemorySpan
 
 from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE, BrokerUnavailable, ClusterReader
 from sluice_gateway.dataplane import DataPlane, InferenceCall
@@ -38,7 +37,7 @@ from sluice_gateway.kserve.request import (
     request_options,
 )
 from sluice_gateway.kserve.shared_memory import EXTENSION as SHARED_MEMORY_EXTENSION
-from sluice_gateway.kserve.shared_memory import SharedMemory
+from sluice_gateway.kserve.shared_memory import SharedMemory, Spans, refuse_for_workflow
 from sluice_gateway.kserve.stats import InferenceStats, Outcome, VersionStats
 from sluice_gateway.kserve.validation import check_request
 from sluice_gateway.registry_cache import VersionResolver, model_not_found
@@ -48,9 +47,6 @@ from sluice_gateway.workflows.executor import WorkflowCall, workflow_call
 from sluice_gateway.workflows.service import Workflows
 
 T = TypeVar("T")
-# The spans of a request's inputs and outputs in shared memory (Job.shm_inputs, Job.shm_outputs).
-Spans = tuple[Sequence[SharedMemorySpan], Sequence[SharedMemorySpan]]
-NO_SPANS: Spans = ((), ())
 
 DECOUPLED_UNARY_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 # A KServe model_version that names the default version when the model has no version of that name:
@@ -244,7 +240,7 @@ class KServeService:
         request, raw = max_form.complete(request, raw)
         options = request_options(request.parameters)
         _check_version_name(request)
-        spans = await self._spans(request)
+        spans = await self.shared_memory.spans(request)
         try:
             request = await self._with_version(request)
             admission = self._admission(
@@ -253,7 +249,7 @@ class KServeService:
             job = await self._plane.submit(admission.call)
         except SluiceError as error:
             workflow = await self._workflows.instead_of_model(error, request.model)
-            _no_shared_memory(request, workflow)
+            refuse_for_workflow(request, workflow)
             call = self._workflow_call(workflow, raw, _earliest(timeout_s, options.timeout_s))
             answer = await self._workflows.answer(call)
             return workflow_kserve.response(workflow, request.request_id, answer, typed=options.typed_outputs)
@@ -272,24 +268,18 @@ class KServeService:
         A workflow's request streams its last node's chunks."""
         request, raw = max_form.complete(request, raw)
         options = request_options(request.parameters)
-        spans = await self._spans(request)
+        spans = await self.shared_memory.spans(request)
         try:
             request = await self._with_version(request)
             decoupled = (await self.record(request.model, request.version)).tensors.decoupled
         except SluiceError as error:
             workflow = await self._workflows.instead_of_model(error, request.model)
-            _no_shared_memory(request, workflow)
+            refuse_for_workflow(request, workflow)
             call = self._workflow_call(workflow, raw, _earliest(timeout_s, options.timeout_s))
             return workflow_kserve.WorkflowStream(self._workflows, call, request, options)
         admission = self._admission(request, raw, options, timeout_s, spans, stream_in_batch=not decoupled)
         job = await self._plane.submit_stream(admission.call)
         return KServeStream(self, job, request, options, decoupled=decoupled, batch_size=admission.batch_size)
-
-    async def _spans(self, request: KServeRequest) -> Spans:
-        """Where the request's tensors bound to shared memory are (none for most requests)."""
-        if not request.uses_shared_memory:
-            return NO_SPANS
-        return await self.shared_memory.spans(request)
 
     def _admission(
         self,
@@ -390,15 +380,6 @@ class KServeService:
 
 def invalid_version(model: str) -> SluiceError:
     return SluiceError(ErrorCode.INVALID_ARGUMENT, f"Invalid model version for model '{model}'")
-
-
-def _no_shared_memory(request: KServeRequest, workflow: WorkflowRecord) -> None:
-    """A workflow's nodes run on workers of other versions: its tensors travel with the call."""
-    if request.uses_shared_memory:
-        raise SluiceError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"workflow '{workflow.name}' takes no tensors in shared memory: send them in the request",
-        )
 
 
 def _check_version_name(request: KServeRequest) -> None:

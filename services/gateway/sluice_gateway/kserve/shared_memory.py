@@ -3,8 +3,8 @@
 to the spans its job carries (``Job.shm_inputs`` / ``shm_outputs``) before it is enqueued.
 
 The gateway checks a region against its object when it is registered, as Triton does; the worker
-reads and writes the spans (it must share /dev/shm with the client: the same host, or containers
-sharing the IPC namespace). Off unless ``sluice_system_shared_memory`` is on: a client that can
+reads and writes the spans (it must share /dev/shm with the client: local process workers do, worker
+containers have their own). Off unless ``sluice_system_shared_memory`` is on: a client that can
 register a key can read and write that object with the server's rights.
 """
 
@@ -13,12 +13,16 @@ from typing import Protocol, TypeVar
 
 from sluice.errors import ErrorCode, SluiceError
 from sluice.kserve.shared_memory import Region, SharedMemoryError, check_region
+from sluice.registry.workflows import WorkflowRecord
 from sluice.v1.job_pb2 import SharedMemorySpan
 
 from sluice_gateway.broker.seam import UNAVAILABLE_MESSAGE, BrokerUnavailable
 from sluice_gateway.kserve.request import KServeRequest, SharedMemoryRef
 
 T = TypeVar("T")
+# The spans of a request's inputs and outputs in shared memory (Job.shm_inputs, Job.shm_outputs).
+Spans = tuple[Sequence[SharedMemorySpan], Sequence[SharedMemorySpan]]
+NO_SPANS: Spans = ((), ())
 
 EXTENSION = "system_shared_memory"
 DISABLED_MESSAGE = (
@@ -77,8 +81,11 @@ class SharedMemory:
             raise SluiceError(ErrorCode.NOT_FOUND, f"Unable to find system shared memory region: '{name}'")
         return sorted(found.values(), key=lambda region: region.name)
 
-    async def spans(self, request: KServeRequest) -> tuple[list[SharedMemorySpan], list[SharedMemorySpan]]:
-        """The spans of the request's inputs and outputs bound to regions, each within its region."""
+    async def spans(self, request: KServeRequest) -> Spans:
+        """The spans of the request's inputs and outputs bound to regions, each within its region
+        (none, without a read of the broker, for a request that names no region)."""
+        if not request.uses_shared_memory:
+            return NO_SPANS
         self._check_enabled()
         bound = [(t.name, t.shared_memory) for t in request.inputs if t.shared_memory is not None]
         wanted = [(o.name, o.shared_memory) for o in request.outputs if o.shared_memory is not None]
@@ -86,6 +93,15 @@ class SharedMemory:
         return (
             [_span(name, ref, regions) for name, ref in bound],
             [_span(name, ref, regions) for name, ref in wanted],
+        )
+
+
+def refuse_for_workflow(request: KServeRequest, workflow: WorkflowRecord) -> None:
+    """A workflow's nodes run on workers of other versions: its tensors travel with the call."""
+    if request.uses_shared_memory:
+        raise SluiceError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"workflow '{workflow.name}' takes no tensors in shared memory: send them in the request",
         )
 
 

@@ -89,8 +89,8 @@ def object_size(key: str) -> int:
 
 
 def check_region(region: Region) -> None:
-    """The region lies within its object as it is now (what Triton checks at registration)."""
-    check_key(region.key)
+    """The region lies within its object as it is now (what Triton checks at registration); the key
+    is checked by opening it."""
     if region.offset < 0 or region.byte_size < 0:
         raise SharedMemoryError(f"failed to register shared memory region '{region.name}': invalid args")
     if region.offset + region.byte_size > object_size(region.key):
