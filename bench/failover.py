@@ -6,11 +6,12 @@
    then restarted to rejoin as a replica, ``kills`` times. Per kill: the outage (from the first failed
    call to the first call answered after it), the time from the kill until inference answered again,
    and the calls that failed meanwhile (by status).
-2. What Sentinel costs when nothing fails: C=1 latency and throughput at C=16 through the private Redis
-   of ``sluice start`` and through Sentinel, in the same rounds (alternating order; the other idle).
+2. What Sentinel and Cluster cost when nothing fails: C=1 latency and throughput at C=16 through the
+   private Redis of ``sluice start``, through Sentinel and through a Redis Cluster of three masters, in
+   the same rounds (rotating order; the others idle).
 
-Redis Cluster is not measured: Sluice does not run on it yet. Prints Markdown tables and writes
-``bench/results/failover-<timestamp>.json``. Not a test: nothing is asserted.
+Prints Markdown tables and writes ``bench/results/failover-<timestamp>.json``. Not a test: nothing is
+asserted.
 """
 
 import argparse
@@ -31,6 +32,7 @@ from bench.models import Variant, build_archives
 from bench.payloads import PREDICTIONS_METHOD, predictions_request, tensor_bytes
 from bench.servers.sluice import SluiceServer
 from bench.stats import latency_summary_ms, spread
+from tests.support.redis_cluster import RedisClusterGroup
 from tests.support.redis_sentinel import MASTER_NAME, SentinelGroup
 
 ROOT = Path(__file__).resolve().parent
@@ -155,31 +157,42 @@ def main() -> None:
     build_archives([MODEL], store, WORK / "weights")
     request = predictions_request(MODEL.name, tensor_bytes(MODEL.shape))
     with tempfile.TemporaryDirectory(prefix="sl-failover-") as folder:
-        group = SentinelGroup(Path(folder))
+        group = SentinelGroup(Path(folder) / "sentinel")
         group.start()
-        single = SluiceServer(WORK / "single", store, name="single")
-        sentinel = SluiceServer(
-            WORK / "sentinel",
-            store,
-            name="sentinel",
-            extra_properties={
-                "sluice_redis_sentinels": group.addresses,
-                "sluice_redis_sentinel_master": MASTER_NAME,
-            },
-        )
+        cluster = RedisClusterGroup(Path(folder) / "cluster")
+        cluster.start()
+        servers = [
+            SluiceServer(WORK / "single", store, name="single"),
+            SluiceServer(
+                WORK / "sentinel",
+                store,
+                name="sentinel",
+                extra_properties={
+                    "sluice_redis_sentinels": group.addresses,
+                    "sluice_redis_sentinel_master": MASTER_NAME,
+                },
+            ),
+            SluiceServer(
+                WORK / "cluster",
+                store,
+                name="cluster",
+                extra_properties={"sluice_redis_cluster": cluster.seeds},
+            ),
+        ]
         try:
-            for server in (single, sentinel):
+            for server in servers:
                 server.start([MODEL.name])
-            rows: dict[str, list[dict[str, Any]]] = {"single": [], "sentinel": []}
+            rows: dict[str, list[dict[str, Any]]] = {server.name: [] for server in servers}
             for round_index in range(sizes.rounds):
-                order = (single, sentinel) if round_index % 2 == 0 else (sentinel, single)
-                for server in order:
+                shift = round_index % len(servers)
+                for server in servers[shift:] + servers[:shift]:
                     rows[server.name].append(run_async(hot_path(server.ports.grpc_target, request, sizes)))
-            outages = run_async(measure_outages(sentinel, group, request, sizes))
+            outages = run_async(measure_outages(servers[1], group, request, sizes))
         finally:
-            for server in (single, sentinel):
+            for server in servers:
                 server.stop()
             group.stop()
+            cluster.stop()
     report(sizes, rows, outages)
 
 

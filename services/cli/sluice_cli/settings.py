@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar
 from urllib.parse import quote
 
 from sluice.auth.settings import AuthSettings
-from sluice.redis.target import is_sentinel, with_password
+from sluice.redis.target import is_shared, with_password
 from sluice.transport.tls import TlsSettings
 from sluice.typed import Bounds, NonNegativeInt, PositiveFloat
 
@@ -67,7 +67,7 @@ class CliSettings(AuthSettings, TlsSettings):
         if not self.private_redis:
             return (
                 self.redis_url
-                if is_sentinel(self.redis_url)
+                if is_shared(self.redis_url)
                 else with_password(self.external_redis_url, self.redis_password)
             )
         credentials = f":{quote(password, safe='')}@" if password else ""
@@ -77,8 +77,8 @@ class CliSettings(AuthSettings, TlsSettings):
 
     @property
     def private_redis(self) -> bool:
-        """Whether ``sluice start`` runs its own Redis: neither an external Redis nor Sentinels are set."""
-        return not self.external_redis_url and not is_sentinel(self.redis_url)
+        """Whether ``sluice start`` runs its own Redis: no external Redis, Sentinels or Cluster are set."""
+        return not self.external_redis_url and not is_shared(self.redis_url)
 
     @property
     def gateway_target(self) -> str:

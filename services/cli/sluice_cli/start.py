@@ -1,5 +1,6 @@
-"""``sluice start``: check the ports (and that a Sentinel names the master, when Sentinels are set),
-plan the services (a private Redis unless ``sluice_redis_url`` or ``sluice_redis_sentinels``, the
+"""``sluice start``: check the ports (and that a Sentinel names the master, when Sentinels are set, or
+that a Cluster node serves every slot, when a Cluster is), plan the services (a private Redis unless
+``sluice_redis_url``, ``sluice_redis_sentinels`` or ``sluice_redis_cluster`` is set, the
 manager, the gateway) and hand them to a supervisor that restarts them when they crash: a
 detached one that answers once Sluice serves (the default), or this process with ``--foreground``."""
 
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sluice.log import configure_logging
-from sluice.redis.target import is_sentinel, parse_sentinel_url
+from sluice.redis.target import is_cluster, is_sentinel, parse_cluster_url, parse_sentinel_url
 
 from sluice_cli import output
 from sluice_cli.children import exit_description
@@ -23,7 +24,7 @@ from sluice_cli.stop import stop_all, stop_budget_s
 from sluice_cli.supervise import MARKER
 from sluice_cli.supervisor import Supervisor, interrupt_on_signals
 
-# How long each Sentinel may take to answer the preflight's question.
+# How long each Sentinel (or Cluster node) may take to answer the preflight's question.
 SENTINEL_TIMEOUT_S = 2.0
 
 
@@ -61,6 +62,10 @@ def _preflight(settings: CliSettings, options: StartOptions) -> str:
         problem = _sentinel_problem(settings.redis_url)
         if problem:
             return problem
+    if is_cluster(settings.redis_url):
+        problem = _cluster_problem(settings.redis_url)
+        if problem:
+            return problem
     host = settings.gateway_target.rsplit(":", 1)[0]
     if port_in_use(host, settings.grpc_inference_port):
         return f"the gRPC inference port {settings.gateway_target} is in use (set grpc_inference_port)"
@@ -81,6 +86,17 @@ def _sentinel_problem(url: str) -> str:
         master_address_sync(parse_sentinel_url(url), SENTINEL_TIMEOUT_S)
     except NoMaster as exc:
         return f"{exc} (set sluice_redis_sentinels and sluice_redis_sentinel_master)"
+    return ""
+
+
+def _cluster_problem(url: str) -> str:
+    """Why Sluice cannot start on this Redis Cluster (empty: a node serves a map of every slot)."""
+    from sluice.redis.cluster_probe import NoSlotMap, slot_owner_sync
+
+    try:
+        slot_owner_sync(parse_cluster_url(url), 0, SENTINEL_TIMEOUT_S)
+    except NoSlotMap as exc:
+        return f"{exc} (set sluice_redis_cluster)"
     return ""
 
 

@@ -22,7 +22,7 @@ from sluice.log import get_logger
 from sluice.redis import keys
 from sluice.redis.control import COMMAND_TIMEOUT_S, ControlRedis
 from sluice.redis.errors import RedisError
-from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.link import open_link
 from sluice.tracing import start as start_tracing
 from sluice.tracing import traced_calls, traced_requests
 from sluice.transport.tls import add_grpc_port
@@ -78,8 +78,8 @@ class Gateway:
         self.redis = ControlRedis(settings.redis_url)
         # The registry and the cluster state as the rest of the gateway reads them (broker.seam).
         self.cluster = RedisClusterReader(self.redis)
-        self._hot_redis = PipelinedRedis(settings.redis_url, name="enqueue")
-        self._reader_redis = PipelinedRedis(
+        self._hot_redis = open_link(settings.redis_url, name="enqueue")
+        self._reader_redis = open_link(
             settings.redis_url, timeout_s=settings.reply_block_s + COMMAND_TIMEOUT_S, name="reply-reader"
         )
         self.reply_stream = keys.reply_stream(settings.gateway_id)

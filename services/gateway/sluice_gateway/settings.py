@@ -6,7 +6,15 @@ from typing import Annotated, ClassVar
 
 from sluice.auth.settings import AuthSettings
 from sluice.transport.tls import TlsSettings
-from sluice.typed import Bounds, NonNegativeFloat, NonNegativeInt, Port, PositiveFloat, PositiveInt
+from sluice.typed import (
+    Bounds,
+    InvalidValue,
+    NonNegativeFloat,
+    NonNegativeInt,
+    Port,
+    PositiveFloat,
+    PositiveInt,
+)
 
 # Gateway ids end up inside Redis keys ({gw:<id>}), so they use a key-safe alphabet.
 GATEWAY_ID_PATTERN = r"^[A-Za-z0-9_\-.]{1,64}$"
@@ -91,6 +99,15 @@ class GatewaySettings(AuthSettings, TlsSettings):
     # timeout passed (then it is admitted all the same, and logged). 0: no WAIT. See docs/failover.md.
     redis_wait_replicas: NonNegativeInt = 0
     redis_wait_timeout_ms: PositiveInt = 100
+
+    def check(self) -> None:
+        super().check()
+        if self.redis_wait_replicas and self.on_redis_cluster:
+            # WAIT covers one connection's writes: on a Cluster the jobs go to many masters.
+            raise InvalidValue(
+                "sluice_redis_wait_replicas",
+                "WAIT is not offered on a Redis Cluster; set min-replicas-to-write on its masters instead",
+            )
 
     @property
     def grpc_max_receive_size(self) -> int:

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 import structlog
 from sluice.log import get_logger
 from sluice.redis import client as redis_client
-from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.link import RedisLink, open_link
 from sluice.registry import reader as registry
 from sluice.registry.records import VersionRecord, WorkerRecord, WorkerStatus
 from sluice.tracing import start as start_tracing
@@ -62,7 +62,7 @@ async def run(settings: WorkerSettings, torch_thread: TorchThread) -> ExitCode:
     structlog.contextvars.bind_contextvars(model=settings.model_name, version=settings.model_version)
     redis = redis_client.connect(settings.redis_url)
     # The hot path's pipelined connection: its reply timeout covers the longest blocking read.
-    hot = PipelinedRedis(
+    hot = open_link(
         settings.redis_url,
         timeout_s=settings.read_block_ms / 1000 + redis_client.COMMAND_TIMEOUT_S,
         name="jobs",
@@ -97,7 +97,7 @@ async def _run(
     settings: WorkerSettings,
     torch_thread: TorchThread,
     redis: "aioredis.Redis",
-    hot: PipelinedRedis,
+    hot: RedisLink,
     metrics: ModelMetrics,
     tracing: "Tracing | None",
 ) -> ExitCode:
@@ -169,7 +169,7 @@ async def _start(
     settings: WorkerSettings,
     torch_thread: TorchThread,
     redis: "aioredis.Redis",
-    hot: PipelinedRedis,
+    hot: RedisLink,
     stop: asyncio.Event,
     tracing: "Tracing | None",
 ) -> _Started | ExitCode:
@@ -212,7 +212,7 @@ async def _ready(
     record: VersionRecord,
     runner: TorchThread | InlineRunner,
     redis: "aioredis.Redis",
-    hot: PipelinedRedis,
+    hot: RedisLink,
     stop: asyncio.Event,
     tracing: "Tracing | None",
     worker_id: str,
@@ -297,7 +297,7 @@ async def _ready(
 
 async def _job_queue_source(
     redis: "aioredis.Redis",
-    hot: PipelinedRedis,
+    hot: RedisLink,
     record: VersionRecord,
     worker_id: str,
     settings: WorkerSettings,

@@ -4,8 +4,13 @@ given the password setting."""
 import pytest
 from sluice.redis.pipelined import Endpoint
 from sluice.redis.target import (
+    ClusterTarget,
     SentinelTarget,
+    cluster_url,
     effective_url,
+    is_cluster,
+    is_shared,
+    parse_cluster_url,
     parse_sentinel_url,
     parse_sentinels,
     sentinel_url,
@@ -13,6 +18,7 @@ from sluice.redis.target import (
 )
 from sluice.settings.common import CommonSettings
 from sluice.typed import InvalidValue
+from sluice_gateway.settings import GatewaySettings
 
 
 def test_a_sentinel_url_reads_back_what_built_it() -> None:
@@ -82,3 +88,64 @@ def test_the_pipelined_client_reads_a_sentinel_url() -> None:
     endpoint = Endpoint.from_url("redis+sentinel://:pw@s:1/m/2")
     assert endpoint.sentinel is not None
     assert endpoint.handshake() == [("AUTH", "pw"), ("SELECT", 2), ("ROLE",)]
+
+
+def test_a_cluster_url_reads_back_what_built_it() -> None:
+    url = cluster_url("10.0.0.1:7000, redis-b,redis-c:7002", password="p@ss")
+    assert url == "redis+cluster://:p%40ss@10.0.0.1:7000,redis-b:6379,redis-c:7002"
+    assert parse_cluster_url(url) == ClusterTarget(
+        seeds=(("10.0.0.1", 7000), ("redis-b", 6379), ("redis-c", 7002)), password="p@ss"
+    )
+    assert parse_cluster_url("redis+cluster://app:pw@h:1/0").username == "app"
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://h:1/0", "not a Redis Cluster URL"),
+        ("redis+cluster://h:1/3", "only database 0"),
+        ("redis+cluster://h:port", "not a Redis Cluster node address"),
+        ("redis+cluster://", "no Redis Cluster node address"),
+    ],
+)
+def test_a_bad_cluster_url_is_refused_with_its_problem(url: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_cluster_url(url)
+
+
+def test_a_cluster_wins_over_the_url_but_not_with_sentinels() -> None:
+    chosen = effective_url(
+        "redis://h:1/0", sentinels="", master="", password="pw", sentinel_password="", cluster="c:7"
+    )
+    assert chosen == "redis+cluster://:pw@c:7"
+    assert is_cluster(chosen)
+    assert is_shared(chosen)
+    assert not is_shared("redis://h:1/0")
+    with pytest.raises(ValueError, match="not both"):
+        effective_url(
+            "redis://h:1/0", sentinels="s:2", master="m", password="", sentinel_password="", cluster="c:7"
+        )
+
+
+def test_settings_build_the_cluster_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_REDIS_CLUSTER", "n1:7000,n2:7001")
+    settings = CommonSettings()
+    assert settings.redis_url == "redis+cluster://n1:7000,n2:7001"
+    assert settings.on_redis_cluster
+    monkeypatch.setenv("SLUICE_REDIS_CLUSTER", "n1:none")
+    with pytest.raises(InvalidValue, match="redis_cluster"):
+        CommonSettings()
+
+
+def test_the_gateway_refuses_wait_on_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_REDIS_CLUSTER", "n1:7000")
+    monkeypatch.setenv("SLUICE_REDIS_WAIT_REPLICAS", "1")
+    with pytest.raises(InvalidValue, match="min-replicas-to-write"):
+        GatewaySettings()
+
+
+def test_the_pipelined_client_reads_a_cluster_url_as_any_of_its_nodes() -> None:
+    endpoint = Endpoint.from_url("redis+cluster://:pw@a:1,b:2")
+    assert endpoint.cluster is not None
+    assert endpoint.cluster.seeds == (("a", 1), ("b", 2))
+    assert endpoint.handshake() == [("AUTH", "pw")]

@@ -26,7 +26,7 @@ from sluice.admission import Outcome
 from sluice.log import get_logger
 from sluice.redis import keys
 from sluice.redis.errors import RedisError, ReplyError
-from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.link import RedisLink
 from sluice.redis.resp import Arg
 from sluice.registry.records import VersionRecord
 
@@ -64,7 +64,7 @@ def admission_of(outcome: object) -> Admission:
 
 
 class RedisJobAdmission:
-    def __init__(self, redis: PipelinedRedis, replica_wait: ReplicaWait | None = None) -> None:
+    def __init__(self, redis: RedisLink, replica_wait: ReplicaWait | None = None) -> None:
         self._redis = redis
         self._barrier = ReplicaBarrier(redis, replica_wait or ReplicaWait())
         # Fire-and-forget tasks are referenced until done (the loop keeps only weak references).

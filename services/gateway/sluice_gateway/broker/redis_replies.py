@@ -25,7 +25,7 @@ from sluice.lifecycle.backoff import Backoff
 from sluice.lifecycle.cancellation import cancel_and_wait
 from sluice.log import get_logger
 from sluice.redis.errors import RedisError
-from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.link import RedisLink
 
 from sluice_gateway.waiters import ReplyWaiters, StreamWaiter, UnaryWaiter
 
@@ -47,7 +47,7 @@ class RedisReplies:
     """Waiters plus the reader task. ``redis`` must be a client reserved for this reader (its
     blocking read would stall any other command) with a timeout longer than ``block_s``."""
 
-    def __init__(self, redis: PipelinedRedis, stream: str, *, block_s: float, count: int) -> None:
+    def __init__(self, redis: RedisLink, stream: str, *, block_s: float, count: int) -> None:
         self._redis = redis
         self._stream = stream
         self._block_ms = int(block_s * 1000)

@@ -14,7 +14,7 @@ from typing import Any
 
 from sluice.log import get_logger
 from sluice.redis.errors import RedisError
-from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.link import RedisLink
 
 log = get_logger(__name__)
 
@@ -31,7 +31,7 @@ class ReplicaWait:
 
 
 class ReplicaBarrier:
-    def __init__(self, redis: PipelinedRedis, wait: ReplicaWait) -> None:
+    def __init__(self, redis: RedisLink, wait: ReplicaWait) -> None:
         self._redis = redis
         self._wait = wait
         self._in_flight: asyncio.Future[Any] | None = None

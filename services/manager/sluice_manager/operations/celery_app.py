@@ -15,7 +15,9 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from celery import Celery
 from sluice.redis import keys
-from sluice.redis.target import is_sentinel, parse_sentinel_url
+from sluice.redis.target import is_cluster, is_sentinel, parse_sentinel_url
+
+from sluice_manager.operations import cluster_transport
 
 TASK_NAME = "sluice.run_operation"
 QUEUE = "sluice-control"
@@ -23,8 +25,11 @@ QUEUE = "sluice-control"
 
 def broker_url(redis_url: str) -> str:
     """Celery's spelling of ``redis_url``: kombu reads a unix socket only as ``redis+socket://``
-    (database in ``virtual_host``) and Sentinels as ``sentinel://...;sentinel://...`` (the master's
-    name in :func:`transport_options`); other URLs are the same for both."""
+    (database in ``virtual_host``), Sentinels as ``sentinel://...;sentinel://...`` (the master's
+    name in :func:`transport_options`) and a Cluster through Sluice's transport
+    (:mod:`~sluice_manager.operations.cluster_transport`); other URLs are the same for both."""
+    if is_cluster(redis_url):
+        return cluster_transport.broker_url(redis_url)
     if is_sentinel(redis_url):
         target = parse_sentinel_url(redis_url)
         credentials = f":{quote(target.password, safe='')}@" if target.password else ""
@@ -46,6 +51,8 @@ def transport_options(redis_url: str, visibility_timeout_s: float) -> dict[str, 
         "visibility_timeout": visibility_timeout_s,
         "global_keyprefix": keys.CELERY_PREFIX,
     }
+    if is_cluster(redis_url):
+        options["cluster_url"] = redis_url
     if is_sentinel(redis_url):
         target = parse_sentinel_url(redis_url)
         options["master_name"] = target.master

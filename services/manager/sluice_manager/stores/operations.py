@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
 from sluice.errors import ErrorCode, SluiceError
 from sluice.redis import keys
+from sluice.redis.writes import ordered_writes
 
 FINISHED_TTL_S = 24 * 3600
 _POLL_INTERVAL_S = 0.05
@@ -83,7 +84,7 @@ class OperationStore:
         op = Operation(
             op_id=uuid.uuid4().hex, kind=kind, params=params, created_unix_ms=now, updated_unix_ms=now
         )
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with ordered_writes(self.redis) as pipe:
             pipe.set(keys.operation(op.op_id), op.model_dump_json())
             pipe.sadd(keys.OPEN_OPERATIONS, op.op_id)
             await pipe.execute()
@@ -110,7 +111,7 @@ class OperationStore:
 
     async def _close(self, op: Operation, **changes: Any) -> Operation:
         closed = op.model_copy(update={**changes, "updated_unix_ms": _now_ms()})
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with ordered_writes(self.redis) as pipe:
             pipe.set(keys.operation(op.op_id), closed.model_dump_json(), ex=FINISHED_TTL_S)
             pipe.srem(keys.OPEN_OPERATIONS, op.op_id)
             await pipe.execute()

@@ -19,8 +19,10 @@ from types import TracebackType
 from typing import Any, Self
 
 from sluice.redis.errors import RedisDown, ReplyError
+from sluice.redis.link import RedisLink, open_link
 from sluice.redis.pipelined import PipelinedRedis
 from sluice.redis.resp import Arg
+from sluice.redis.slots import command_key
 
 COMMAND_TIMEOUT_S = 5.0
 
@@ -43,7 +45,7 @@ class ControlRedis:
         self._url = url
         self._timeout_s = timeout_s
         self._name = name
-        self._link = PipelinedRedis(url, timeout_s=timeout_s, name=name)
+        self._link = open_link(url, timeout_s=timeout_s, name=name)
 
     async def get(self, name: str) -> bytes | None:
         reply: bytes | None = await self._link.send("GET", name)
@@ -105,7 +107,7 @@ class ControlRedis:
 
 
 class Batch:
-    def __init__(self, link: PipelinedRedis, *, transaction: bool) -> None:
+    def __init__(self, link: RedisLink, *, transaction: bool) -> None:
         self._link = link
         self._transaction = transaction
         self._commands: list[tuple[tuple[Arg, ...], Convert]] = []
@@ -152,9 +154,12 @@ class Batch:
         return [convert(reply) for reply, (_, convert) in zip(replies, commands, strict=True)]
 
     async def _in_transaction(self, commands: list[tuple[Arg, ...]]) -> list[Any]:
+        # On a Cluster, the connection to the master of the commands' slot (they must share one).
+        key = next((found for args in commands if (found := command_key(args)) is not None), None)
+        link = self._link if key is None else await self._link.node_for(_text(key))
         # All sent in this loop turn, so they leave in one write, MULTI first.
-        queued = [self._link.send("MULTI"), *(self._link.send(*args) for args in commands)]
-        done = self._link.send("EXEC")
+        queued = [link.send("MULTI"), *(link.send(*args) for args in commands)]
+        done = link.send("EXEC")
         await _gather(queued)
         replies: list[Any] | None = await done
         if replies is None:
@@ -172,7 +177,7 @@ class Batch:
 class Script:
     """A Lua script called by digest (loaded with EVAL when Redis does not know it)."""
 
-    def __init__(self, link: PipelinedRedis, script: str) -> None:
+    def __init__(self, link: RedisLink, script: str) -> None:
         self._link = link
         self._script = script
         self._sha = hashlib.sha1(script.encode(), usedforsecurity=False).hexdigest()

@@ -163,8 +163,9 @@ def operation_lease(op_id: str) -> str:
 
 # Set of operation ids not finished yet (a restarted manager resubmits those nobody runs).
 OPEN_OPERATIONS = f"{PREFIX}:manager:ops:open"
-# Key prefix of the manager's Celery broker (kombu `global_keyprefix`) on the same Redis.
-CELERY_PREFIX = f"{PREFIX}:celery:"
+# Key prefix of the manager's Celery broker (kombu `global_keyprefix`) on the same Redis. Its hash
+# tag keeps kombu's keys in one Redis Cluster slot (its BRPOP and transactions span them).
+CELERY_PREFIX = f"{PREFIX}:{{celery}}:"
 
 
 def manager_replies(call_id: str) -> str:

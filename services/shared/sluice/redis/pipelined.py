@@ -40,7 +40,14 @@ from sluice.log import get_logger
 from sluice.redis.errors import RedisDown, ReplyError
 from sluice.redis.resp import Arg, coalesced, is_large, pack, pack_parts
 from sluice.redis.sentinel import master_address
-from sluice.redis.target import SentinelTarget, is_sentinel, parse_sentinel_url
+from sluice.redis.target import (
+    ClusterTarget,
+    SentinelTarget,
+    is_cluster,
+    is_sentinel,
+    parse_cluster_url,
+    parse_sentinel_url,
+)
 
 log = get_logger(__name__)
 
@@ -74,7 +81,9 @@ def _not_master(reply: Any) -> str:
 @dataclass(frozen=True)
 class Endpoint:
     """Where and how to connect, from a ``redis://``, ``rediss://``, ``unix://`` or
-    ``redis+sentinel://`` URL (then ``host`` and ``port`` are asked of the Sentinels per connection)."""
+    ``redis+sentinel://`` URL (then ``host`` and ``port`` are asked of the Sentinels per connection),
+    or a ``redis+cluster://`` URL (then the connection goes to the first seed node that takes it: for
+    what any node serves, such as pub/sub; :mod:`sluice.redis.cluster` routes keys)."""
 
     host: str = "127.0.0.1"
     port: int = 6379
@@ -84,6 +93,10 @@ class Endpoint:
     password: str | None = None
     tls: bool = False
     sentinel: SentinelTarget | None = None
+    cluster: ClusterTarget | None = None
+    # One master of a Cluster, its slots routed by :mod:`sluice.redis.cluster`: an ``UNBLOCKED``
+    # reply (a blocked read's key moved away) goes to that client to follow, the connection stays.
+    cluster_node: bool = False
 
     @classmethod
     def from_url(cls, url: str) -> "Endpoint":
@@ -93,6 +106,9 @@ class Endpoint:
         if is_sentinel(url):
             target = parse_sentinel_url(url)
             return cls(db=target.db, username=target.username, password=target.password, sentinel=target)
+        if is_cluster(url):
+            nodes = parse_cluster_url(url)
+            return cls(username=nodes.username, password=nodes.password, cluster=nodes)
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"not a Redis URL (redis://, rediss:// or unix://): {url!r}")
@@ -147,17 +163,48 @@ class _Protocol(asyncio.Protocol):
         self._client._lost(self, exc)
 
 
+async def _open(
+    loop: asyncio.AbstractEventLoop, protocol: _Protocol, endpoint: Endpoint
+) -> asyncio.Transport:
+    if endpoint.path is not None:
+        transport, _ = await loop.create_unix_connection(lambda: protocol, endpoint.path)
+    else:
+        context = ssl.create_default_context() if endpoint.tls else None
+        transport, _ = await loop.create_connection(
+            lambda: protocol, endpoint.host, endpoint.port, ssl=context
+        )
+    return transport
+
+
+async def _open_any(
+    loop: asyncio.AbstractEventLoop, protocol: _Protocol, seeds: tuple[tuple[str, int], ...]
+) -> asyncio.Transport:
+    """A connection to the first of ``seeds`` that takes one; OSError naming each refusal."""
+    reasons: list[str] = []
+    for host, port in seeds:
+        try:
+            transport, _ = await loop.create_connection(lambda: protocol, host, port)
+        except OSError as exc:
+            reasons.append(f"{host}:{port}: {exc}")
+            continue
+        return transport
+    raise OSError(f"no Redis Cluster node took a connection ({'; '.join(reasons)})")
+
+
 class PipelinedRedis:
+    # Commands reach Redis in the order they were sent (one connection).
+    ordered = True
+
     def __init__(
         self,
-        url: str,
+        url: str | Endpoint,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         name: str = "redis",
         on_push: Callable[[Any], None] | None = None,
         on_lost: Callable[[Exception], None] | None = None,
     ) -> None:
-        self._endpoint = Endpoint.from_url(url)
+        self._endpoint = url if isinstance(url, Endpoint) else Endpoint.from_url(url)
         self._timeout_s = timeout_s
         self._name = name
         self._on_push = on_push
@@ -221,6 +268,10 @@ class PipelinedRedis:
                 raise
         return await self.send("EVAL", script, len(keys), *keys, *args, payload=payload)
 
+    async def node_for(self, key: str) -> "PipelinedRedis":
+        """The connection that serves ``key``: this one (see :meth:`ClusterRedis.node_for`)."""
+        return self
+
     async def close(self) -> None:
         """Fail what is in flight and close the connection; later sends fail at once."""
         self._closed = True
@@ -239,13 +290,10 @@ class PipelinedRedis:
                 if endpoint.sentinel is not None:
                     host, port = await master_address(endpoint.sentinel, CONNECT_TIMEOUT_S / 2)
                     endpoint = Endpoint(host=host, port=port)
-                if endpoint.path is not None:
-                    transport, _ = await loop.create_unix_connection(lambda: protocol, endpoint.path)
+                if endpoint.cluster is not None:
+                    transport = await _open_any(loop, protocol, endpoint.cluster.seeds)
                 else:
-                    context = ssl.create_default_context() if endpoint.tls else None
-                    transport, _ = await loop.create_connection(
-                        lambda: protocol, endpoint.host, endpoint.port, ssl=context
-                    )
+                    transport = await _open(loop, protocol, endpoint)
         except (OSError, TimeoutError, RedisDown) as exc:
             self._connecting = None
             self._fail_all(RedisDown(f"{self._name}: cannot connect to Redis: {exc}"))
@@ -298,8 +346,16 @@ class PipelinedRedis:
                 level("redis refused the connection", client=self._name, error=refusal)
                 self._disconnect(RedisDown(f"{self._name}: Redis refused the connection: {refusal}"))
                 return
-            if isinstance(reply, ReplyError) and str(reply).startswith(_NOT_MASTER):
-                self._disconnect(RedisDown(f"{self._name}: Redis is no longer the master: {reply}"))
+            if (
+                isinstance(reply, ReplyError)
+                and self._endpoint.cluster_node is False
+                and str(reply).startswith(_NOT_MASTER)
+            ):
+                lost = RedisDown(f"{self._name}: Redis is no longer the master: {reply}")
+                if not future.done():
+                    future.set_exception(lost)
+                    future.exception()
+                self._disconnect(lost)
                 return
             if future.done():  # its caller was cancelled (or a handshake step): the reply is consumed
                 continue

@@ -1,6 +1,9 @@
 """The model registry's one writer: every change is written and announced on
 :data:`sluice.redis.keys.EVENTS_CHANNEL` in one ``MULTI``/``EXEC``, so no reader (a gateway's cache, the
-reconcile loop) can see a change whose event never comes, nor an event before its change.
+reconcile loop) can see a change whose event never comes, nor an event before its change. On a Redis
+Cluster the keys of one change span slots: they are written in order, the event last
+(:mod:`sluice.redis.writes`), so an event still never comes before its change, and a write cut short
+is finished by the management call's retry (an operation runs again until it is done).
 
 Reads are the free functions of :mod:`sluice.registry.reader` (gateways use them through their own Redis
 client); this store offers them too, so the manager's domain code needs only the store. Callers
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sluice.redis import keys
+from sluice.redis.writes import ordered_writes
 from sluice.registry import reader as registry
 from sluice.registry import workflows
 from sluice.registry.records import VersionRecord, VersionState, event
@@ -94,7 +98,7 @@ class RegistryStore:
         """Register ``record`` as an active version (and the model's default if asked or if it has
         none); announces ``registered``."""
         model, version = record.model_name, record.version
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with ordered_writes(self._redis) as pipe:
             pipe.hset(
                 keys.version_config(model, version),
                 mapping={
@@ -117,7 +121,7 @@ class RegistryStore:
     async def update(self, record: VersionRecord, kind: str) -> None:
         """Replace an existing version's record (new worker counts, say); announces ``kind``."""
         model, version = record.model_name, record.version
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with ordered_writes(self._redis) as pipe:
             pipe.hset(
                 keys.version_config(model, version),
                 mapping={
@@ -129,7 +133,7 @@ class RegistryStore:
             await pipe.execute()
 
     async def set_default(self, model: str, version: str) -> None:
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with ordered_writes(self._redis) as pipe:
             pipe.hset(keys.model(model), registry.DEFAULT_FIELD, version)
             pipe.publish(keys.EVENTS_CHANNEL, event("default", model, version))
             await pipe.execute()
@@ -137,7 +141,7 @@ class RegistryStore:
     async def set_weights(self, model: str, weights: dict[str, int]) -> None:
         """The model's traffic weights (:func:`sluice.registry.reader.check_weights`); empty: none,
         calls that name no version go to the default again. Announced as ``weights``."""
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with ordered_writes(self._redis) as pipe:
             if weights:
                 pipe.hset(keys.model(model), registry.WEIGHTS_FIELD, json.dumps(weights, sort_keys=True))
             else:
@@ -151,7 +155,7 @@ class RegistryStore:
     async def add_workflow(self, record: WorkflowRecord) -> bool:
         """Register a workflow (its members are registered already); False when one of that name is.
         Announces ``workflow``."""
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with ordered_writes(self._redis) as pipe:
             pipe.hsetnx(keys.WORKFLOWS, record.name, record.to_json())
             pipe.publish(keys.EVENTS_CHANNEL, event("workflow", record.name))
             added, _receivers = await pipe.execute()
@@ -160,7 +164,7 @@ class RegistryStore:
     async def remove_workflow(self, name: str) -> bool:
         """Forget a workflow (its members stay until they are unregistered); False when there was
         none. Announces ``workflow``."""
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with ordered_writes(self._redis) as pipe:
             pipe.hdel(keys.WORKFLOWS, name)
             pipe.publish(keys.EVENTS_CHANNEL, event("workflow", name))
             removed, _receivers = await pipe.execute()
@@ -169,7 +173,7 @@ class RegistryStore:
     async def mark_removing(self, model: str, version: str) -> None:
         """Gateways stop routing to the version (their enqueue refuses one that is not active) and
         the reconciler stops its workers; announces ``unregistering``."""
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with ordered_writes(self._redis) as pipe:
             pipe.hset(keys.version_config(model, version), STATE_FIELD, VersionState.REMOVING.value)
             pipe.publish(keys.EVENTS_CHANNEL, event("unregistering", model, version))
             await pipe.execute()
@@ -185,7 +189,7 @@ class RegistryStore:
         ]
         if found:
             await self._redis.delete(*found)
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with ordered_writes(self._redis) as pipe:
             if last:
                 pipe.delete(keys.model(model))
                 pipe.zrem(keys.MODELS, model)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self, Union, get_args, get_origin
 
-from sluice.redis.target import effective_url
+from sluice.redis.target import effective_url, is_cluster
 from sluice.settings.config_properties import properties_path, read_properties
 from sluice.typed import InvalidValue, field_hints, field_values
 
@@ -34,16 +34,20 @@ class CommonSettings:
         "sluice_redis_sentinel_master": "redis_sentinel_master",
         "sluice_redis_password": "redis_password",
         "sluice_redis_sentinel_password": "redis_sentinel_password",
+        "sluice_redis_cluster": "redis_cluster",
     }
 
     # The Redis to use. Once built, the one the other redis_* settings mean (sluice.redis.target):
-    # with Sentinels listed, a redis+sentinel:// URL of their master.
+    # with Sentinels listed, a redis+sentinel:// URL of their master; with a Cluster's nodes, a
+    # redis+cluster:// URL.
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Redis Sentinels (host:port,host:port...) and the name of the master they watch.
     redis_sentinels: str = ""
     redis_sentinel_master: str = ""
     redis_password: str = ""
     redis_sentinel_password: str = ""
+    # Seed nodes of a Redis Cluster (host:port,host:port...).
+    redis_cluster: str = ""
     log_format: Literal["console", "json"] = "console"
     log_level: str = "info"
     ts_config: Path | None = None
@@ -63,13 +67,21 @@ class CommonSettings:
                 master=self.redis_sentinel_master,
                 password=self.redis_password,
                 sentinel_password=self.redis_sentinel_password,
+                cluster=self.redis_cluster,
             )
         except ValueError as exc:
-            raise InvalidValue("redis_sentinels", str(exc)) from None
+            raise InvalidValue(
+                "redis_cluster" if self.redis_cluster else "redis_sentinels", str(exc)
+            ) from None
         self.check()
 
     def check(self) -> None:
         """Raise :class:`InvalidValue` when the settings do not fit together."""
+
+    @property
+    def on_redis_cluster(self) -> bool:
+        """Whether the Redis is a Cluster (``sluice_redis_cluster``)."""
+        return is_cluster(self.redis_url)
 
     @classmethod
     def from_command_line(cls, argv: Sequence[str] | None, prog: str) -> Self:

@@ -1,7 +1,8 @@
 """The job stream of one model version, seen by one consumer: reading, replying, acking, claiming.
 
 Replies go out before the ack, in the same pipeline (at-least-once: a crash between them means a
-redelivery and a duplicate the gateway drops, never a lost answer). An acked job is also deleted,
+redelivery and a duplicate the gateway drops, never a lost answer); on a Redis Cluster the ack
+follows once the replies are written. An acked job is also deleted,
 so ``XLEN`` stays "queued + in flight" for the gateway's admission check.
 
 The hot path (read, cancel check, replies, ack) runs on one pipelined connection: what the worker
@@ -20,7 +21,7 @@ from sluice import envelope
 from sluice.log import get_logger
 from sluice.redis import keys
 from sluice.redis.errors import ReplyError
-from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.link import RedisLink
 from sluice.redis.resp import Arg
 
 from sluice_worker.broker.outbox import Command, DeadLetter, Fields, Outbox, reply_commands, settle
@@ -40,7 +41,7 @@ class PendingEntry:
 
 class JobQueue:
     def __init__(
-        self, redis: "aioredis.Redis", hot: PipelinedRedis, model: str, version: str, consumer: str
+        self, redis: "aioredis.Redis", hot: RedisLink, model: str, version: str, consumer: str
     ) -> None:
         self._redis = redis
         # Its reply timeout must exceed the longest BLOCK of a read.
@@ -113,8 +114,17 @@ class JobQueue:
         if batch_size:
             sent += self.outbox.batch_size(batch_size)
         sent += [self.outbox.dead_letter(letter) for letter in dead_letters]
+        if not self._hot.ordered:
+            # A Cluster: the replies go to other masters than the job stream's, so the ack waits
+            # until they are written (else a master lost meanwhile would take answered-looking jobs
+            # with it).
+            return self._ack_after(sent, entry_ids)
         sent += [self._hot.send(*command) for command in self.ack_commands(entry_ids)]
         return _settled(sent)
+
+    async def _ack_after(self, sent: "list[asyncio.Future[Any]]", entry_ids: Sequence[bytes]) -> None:
+        await settle(sent)
+        await settle([self._hot.send(*command) for command in self.ack_commands(entry_ids)])
 
     def ack_commands(self, entry_ids: Sequence[bytes]) -> list[Command]:
         """Acknowledge and delete the entries (none: no command)."""

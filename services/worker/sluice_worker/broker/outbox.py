@@ -18,7 +18,7 @@ from sluice import envelope
 from sluice.log import get_logger
 from sluice.redis import keys
 from sluice.redis.errors import RedisError, ReplyError
-from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.link import RedisLink
 from sluice.redis.resp import Arg
 
 from sluice_worker.delivery import Delivery
@@ -43,7 +43,7 @@ class DeadLetter:
 
 
 class Outbox:
-    def __init__(self, hot: PipelinedRedis, model: str, version: str, worker_id: str) -> None:
+    def __init__(self, hot: RedisLink, model: str, version: str, worker_id: str) -> None:
         self._hot = hot
         self._model, self._version = model, version
         self._worker_id = worker_id

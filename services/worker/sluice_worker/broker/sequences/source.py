@@ -22,7 +22,7 @@ from sluice import envelope
 from sluice.envelope import EnvelopeError
 from sluice.log import get_logger
 from sluice.redis import keys
-from sluice.redis.pipelined import PipelinedRedis
+from sluice.redis.link import RedisLink
 from sluice.redis.resp import Arg
 from sluice.registry.records import VersionRecord
 
@@ -56,7 +56,7 @@ class SequenceJobSource:
     def __init__(
         self,
         redis: "aioredis.Redis",
-        hot: PipelinedRedis,
+        hot: RedisLink,
         record: VersionRecord,
         worker_id: str,
     ) -> None:
