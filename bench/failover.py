@@ -1,11 +1,13 @@
 """The broker failing over: ``make bench-failover`` (``python -m bench.failover``; ``--quick``).
 
 1. What a failover costs clients. Sluice on Redis Sentinel (a master, two replicas and three Sentinels
-   on loopback, ``down-after-milliseconds`` 1000, the Sentinels' quorum 2) serves the MLP model (batch
-   1, one worker) to a steady closed-loop load of ``clients`` gRPC clients; the master is SIGKILLed,
-   then restarted to rejoin as a replica, ``kills`` times. Per kill: the outage (from the first failed
-   call to the first call answered after it), the time from the kill until inference answered again,
-   and the calls that failed meanwhile (by status).
+   on loopback, ``down-after-milliseconds`` 1000, the Sentinels' quorum 2), then on a Redis Cluster
+   (three masters with a replica each, ``cluster-node-timeout`` 1000), serves the MLP model (batch 1,
+   one worker) to a steady closed-loop load of ``clients`` gRPC clients; the master (on the Cluster:
+   the one serving the model's slot) is SIGKILLed, then restarted to rejoin as a replica, ``kills``
+   times. Per kill: the outage (from the first failed call to the first call answered after it), the
+   time from the kill until inference answered again, and the calls that failed until the failover
+   was over (those failing while the killed server rejoined are counted apart).
 2. What Sentinel and Cluster cost when nothing fails: C=1 latency and throughput at C=16 through the
    private Redis of ``sluice start``, through Sentinel and through a Redis Cluster of three masters, in
    the same rounds (rotating order; the others idle).
@@ -23,16 +25,17 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
+from sluice.redis import keys
 
 from bench.loadgen import classify, grpc_channel, grpc_unary_load, run_async
-from bench.models import Variant, build_archives
+from bench.models import MODEL_VERSION, Variant, build_archives
 from bench.payloads import PREDICTIONS_METHOD, predictions_request, tensor_bytes
 from bench.servers.sluice import SluiceServer
 from bench.stats import latency_summary_ms, spread
-from tests.support.redis_cluster import RedisClusterGroup
+from tests.support.redis_cluster import ClusterNodeServer, RedisClusterGroup
 from tests.support.redis_sentinel import MASTER_NAME, SentinelGroup
 
 ROOT = Path(__file__).resolve().parent
@@ -70,18 +73,64 @@ class Outage:
     served_again_after_kill_s: float
     failed: dict[str, int]
     calls: int
+    # Calls that failed while the killed server restarted and rejoined.
+    failed_rejoining: int = 0
 
 
-def outage_of(calls: list[CallRecord], killed_at: float) -> Outage:
-    """The first failure after the kill, the first answer after it, and the failures meanwhile."""
+def outage_of(calls: list[CallRecord], killed_at: float, rejoining_at: float) -> Outage:
+    """The first failure after the kill, the first answer after it, and the failures until the
+    failover was over (and those while the killed server rejoined)."""
     failures = sorted(
-        (call for call in calls if call.error and call.ended >= killed_at), key=lambda c: c.ended
+        (call for call in calls if call.error and killed_at <= call.ended < rejoining_at),
+        key=lambda c: c.ended,
     )
     first_failure = failures[0].ended if failures else killed_at
     answers = [call.ended for call in calls if not call.error and call.started >= first_failure]
     served_again = min(answers, default=float("nan"))
     failed = Counter(call.error for call in failures)
-    return Outage(served_again - first_failure, served_again - killed_at, dict(failed), len(calls))
+    rejoining = sum(1 for call in calls if call.error and call.ended >= rejoining_at)
+    return Outage(served_again - first_failure, served_again - killed_at, dict(failed), len(calls), rejoining)
+
+
+class Faults(Protocol):
+    """Kill the broker's master, wait for the failover, restart the killed server."""
+
+    def kill(self) -> Any: ...
+
+    def wait_for_failover(self, killed: Any) -> None: ...
+
+    def rejoin(self, killed: Any) -> None: ...
+
+
+class SentinelFaults:
+    def __init__(self, group: SentinelGroup) -> None:
+        self._group = group
+
+    def kill(self) -> Any:
+        return self._group.kill_master()
+
+    def wait_for_failover(self, killed: Any) -> None:
+        self._group.wait_for_failover(killed.port)
+
+    def rejoin(self, killed: Any) -> None:
+        self._group.rejoin(killed)
+
+
+class ClusterFaults:
+    """Kills the master serving the model's version."""
+
+    def __init__(self, group: RedisClusterGroup) -> None:
+        self._group = group
+        self._key = keys.job_stream(MODEL.name, MODEL_VERSION)
+
+    def kill(self) -> ClusterNodeServer:
+        return self._group.kill_owner(self._key)
+
+    def wait_for_failover(self, killed: Any) -> None:
+        self._group.wait_for_failover(killed, self._key)
+
+    def rejoin(self, killed: Any) -> None:
+        self._group.rejoin(killed)
 
 
 async def steady_load(target: str, request: bytes, clients: int, stop: asyncio.Event) -> list[CallRecord]:
@@ -104,25 +153,28 @@ async def steady_load(target: str, request: bytes, clients: int, stop: asyncio.E
     return calls
 
 
-async def measure_outages(
-    server: SluiceServer, group: SentinelGroup, request: bytes, sizes: Sizes
-) -> list[Outage]:
+async def measure_outages(server: SluiceServer, faults: Faults, request: bytes, sizes: Sizes) -> list[Outage]:
     stop = asyncio.Event()
     load = asyncio.create_task(steady_load(server.ports.grpc_target, request, sizes.clients, stop))
-    kills: list[float] = []
+    phases: list[tuple[float, float]] = []
     for _ in range(sizes.kills):
         await asyncio.sleep(sizes.settle_s)
-        killed = await asyncio.to_thread(group.kill_master)
-        kills.append(time.monotonic())
-        await asyncio.to_thread(group.wait_for_failover, killed.port)
+        killed = await asyncio.to_thread(faults.kill)
+        killed_at = time.monotonic()
+        await asyncio.to_thread(faults.wait_for_failover, killed)
         await asyncio.sleep(sizes.settle_s)
-        await asyncio.to_thread(group.rejoin, killed)
+        phases.append((killed_at, time.monotonic()))
+        await asyncio.to_thread(faults.rejoin, killed)
     stop.set()
     calls = await load
-    bounds = [*kills[1:], float("inf")]
+    bounds = [killed_at - sizes.settle_s for killed_at, _ in phases[1:]] + [float("inf")]
     return [
-        outage_of([call for call in calls if killed_at - sizes.settle_s <= call.started < until], killed_at)
-        for killed_at, until in zip(kills, bounds, strict=True)
+        outage_of(
+            [call for call in calls if killed_at - sizes.settle_s <= call.started < until],
+            killed_at,
+            rejoining,
+        )
+        for (killed_at, rejoining), until in zip(phases, bounds, strict=True)
     ]
 
 
@@ -159,7 +211,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sl-failover-") as folder:
         group = SentinelGroup(Path(folder) / "sentinel")
         group.start()
-        cluster = RedisClusterGroup(Path(folder) / "cluster")
+        cluster = RedisClusterGroup(Path(folder) / "cluster", replicas=1)
         cluster.start()
         servers = [
             SluiceServer(WORK / "single", store, name="single"),
@@ -187,7 +239,10 @@ def main() -> None:
                 shift = round_index % len(servers)
                 for server in servers[shift:] + servers[:shift]:
                     rows[server.name].append(run_async(hot_path(server.ports.grpc_target, request, sizes)))
-            outages = run_async(measure_outages(servers[1], group, request, sizes))
+            outages = {
+                "sentinel": run_async(measure_outages(servers[1], SentinelFaults(group), request, sizes)),
+                "cluster": run_async(measure_outages(servers[2], ClusterFaults(cluster), request, sizes)),
+            }
         finally:
             for server in servers:
                 server.stop()
@@ -196,7 +251,7 @@ def main() -> None:
     report(sizes, rows, outages)
 
 
-def report(sizes: Sizes, rows: dict[str, list[dict[str, Any]]], outages: list[Outage]) -> None:
+def report(sizes: Sizes, rows: dict[str, list[dict[str, Any]]], outages: dict[str, list[Outage]]) -> None:
     print(f"\n| Redis | C=1 p50 ms | throughput at C={sizes.throughput_concurrency}, rps |")
     print("|---|---|---|")
     for name, measured in rows.items():
@@ -204,20 +259,24 @@ def report(sizes: Sizes, rows: dict[str, list[dict[str, Any]]], outages: list[Ou
         rps = spread(row["throughput_rps"] for row in measured)
         print(f"| {name} | {p50.format(2)} | {rps.format(0)} |")
     print(
-        f"\n| kill | outage s | served again after kill s | failed calls | calls ({sizes.clients} clients) |"
+        "\n| Redis | kill | outage s | served again after kill s | failed calls | failed while rejoining "
+        f"| calls ({sizes.clients} clients) |"
     )
-    print("|---|---|---|---|---|")
-    for index, outage in enumerate(outages, 1):
-        failed = ", ".join(f"{count} {status}" for status, count in sorted(outage.failed.items())) or "none"
-        again = outage.served_again_after_kill_s
-        print(f"| {index} | {outage.outage_s:.2f} | {again:.2f} | {failed} | {outage.calls} |")
+    print("|---|---|---|---|---|---|---|")
+    for name, kills in outages.items():
+        for index, outage in enumerate(kills, 1):
+            failed = (
+                ", ".join(f"{count} {status}" for status, count in sorted(outage.failed.items())) or "none"
+            )
+            cells = [
+                name, str(index), f"{outage.outage_s:.2f}", f"{outage.served_again_after_kill_s:.2f}", failed,
+                str(outage.failed_rejoining), str(outage.calls),
+            ]  # fmt: skip
+            print(f"| {' | '.join(cells)} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"failover-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(
-        json.dumps(
-            {"sizes": asdict(sizes), "hot_path": rows, "outages": [asdict(o) for o in outages]}, indent=2
-        )
-    )
+    dumped = {name: [asdict(outage) for outage in kills] for name, kills in outages.items()}
+    out.write_text(json.dumps({"sizes": asdict(sizes), "hot_path": rows, "outages": dumped}, indent=2))
     print(f"\nwritten: {out}")
 
 

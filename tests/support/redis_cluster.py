@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from sluice.redis.slots import SLOTS
+from sluice.redis.slots import SLOTS, key_slot
 
 from tests.support.redis_server import RedisServer, free_port
 
@@ -82,26 +82,63 @@ class RedisClusterGroup:
                 node.stop()
 
     def wait_settled(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Until every running node says the cluster is ok and agrees on where every slot lives."""
+        """Until every running node says the cluster is ok and agrees on where every slot lives, and
+        every running replica is in sync with its master."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with contextlib.suppress(redis.RedisError):
-                running = [node for node in self.nodes if node.process is not None]
+                running = self._running()
                 states = [node.client().cluster("INFO")["cluster_state"] for node in running]
                 maps = {self._ranges(node) for node in running}
-                if all(state == "ok" for state in states) and len(maps) == 1:
+                replicating = [node.client().info("replication") for node in running]
+                # A replica that never finished its first sync cannot be promoted.
+                synced = all(info.get("master_link_status", "up") == "up" for info in replicating)
+                if all(state == "ok" for state in states) and len(maps) == 1 and synced:
                     return
             time.sleep(0.1)
         raise TimeoutError("the Redis Cluster did not settle")
 
     def owner_of(self, key: str) -> ClusterNodeServer:
-        """The master serving ``key``'s slot, as the first master asked says."""
-        slot = int(self.masters[0].client().cluster("KEYSLOT", key))
-        return self.owner_of_slot(slot)
+        """The master serving ``key``'s slot, as the first running node asked says."""
+        return self.owner_of_slot(key_slot(key))
 
     def owner_of_slot(self, slot: int) -> ClusterNodeServer:
-        port = next(port for start, end, port in self._ranges(self.masters[0]) if start <= slot <= end)
+        port = next(port for start, end, port in self._ranges(self._running()[0]) if start <= slot <= end)
         return next(node for node in self.nodes if node.port == port)
+
+    def kill_owner(self, key: str) -> ClusterNodeServer:
+        """SIGKILL the master serving ``key``; returns it (for :meth:`rejoin`)."""
+        owner = self.owner_of(key)
+        owner.kill()
+        return owner
+
+    def wait_for_failover(
+        self, killed: ClusterNodeServer, key: str, timeout_s: float = START_TIMEOUT_S
+    ) -> None:
+        """Until a replica of ``killed`` serves ``key``'s slot and the running nodes agree on the map."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(redis.RedisError, StopIteration):
+                if self.owner_of(key) is not killed:
+                    self.wait_settled(max(0.1, deadline - time.monotonic()))
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"no replica took over from port {killed.port} within {timeout_s} s")
+
+    def rejoin(self, killed: ClusterNodeServer, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Restart a killed master: it rejoins as a replica of the one promoted in its place."""
+        killed.start()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(redis.RedisError):
+                info = killed.client().info("replication")
+                if info.get("role") == "slave" and info.get("master_link_status") == "up":
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"the node on port {killed.port} did not rejoin as a replica")
+
+    def _running(self) -> list[ClusterNodeServer]:
+        return [node for node in self.nodes if node.process is not None]
 
     def migrate_slot(
         self, slot: int, target: ClusterNodeServer, *, batch: int = 10, pause_s: float = 0.0

@@ -378,6 +378,8 @@ async def test_operation_runner_is_idempotent(api: Api, redis_client: "aioredis.
     found = [key async for key in redis_client.scan_iter(match="sluice:manager:op:*")]
     [op_key] = [key for key in found if not key.endswith(b":lease")]
     op_id = op_key.decode().rsplit(":", 1)[-1]
+    # The API answered once the operation was finished; the task lets go of its lease just after.
+    await eventually(lambda: _released(redis_client, op_id), timeout_s=30)
     runner = OperationRunner(
         redis_client,
         RunnerConfig(
@@ -390,6 +392,10 @@ async def test_operation_runner_is_idempotent(api: Api, redis_client: "aioredis.
     assert again is not None
     assert (again.state, again.attempts) == ("done", 1)
     assert len(list(api.models_dir.iterdir())) == 1
+
+
+async def _released(redis_client: "aioredis.Redis", op_id: str) -> bool:
+    return not await redis_client.exists(keys.operation_lease(op_id))
 
 
 def _runner(api: Api) -> OperationRunner:

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sluice.auth.key_material import KeyKind, KeySet, digest, new_key
+from sluice.auth.store import TokenStore
 from sluice.redis import keys
 from sluice.redis.client import connect
 from sluice.redis.cluster import ClusterRedis
@@ -171,6 +173,22 @@ async def test_writes_across_slots_run_in_order_on_a_cluster(cluster: RedisClust
         assert await client.hget(model_key, "default") == b"1"
     finally:
         await client.aclose()
+
+
+async def test_token_keys_installed_by_the_manager_are_read_by_gateways(cluster: RedisClusterGroup) -> None:
+    """The manager's transactions on one slot run through redis-py's Cluster client."""
+    now_ms = int(time.time() * 1000)
+    manager, gateway = connect(cluster.url), ControlRedis(cluster.url, name="test")
+    try:
+        await TokenStore(manager).install(KeySet.generate(now_ms, 60))
+        rotated = new_key(KeyKind.INFERENCE, now_ms, 60)
+        await TokenStore(manager).put(KeyKind.INFERENCE, rotated)
+        stored = await TokenStore(gateway).load()
+        assert set(stored) == set(KeyKind)
+        assert stored[KeyKind.INFERENCE].digest == digest(rotated.value)
+    finally:
+        await manager.aclose()
+        await gateway.aclose()
 
 
 def test_celery_queues_on_the_master_of_its_slot(cluster: RedisClusterGroup) -> None:

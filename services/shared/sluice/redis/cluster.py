@@ -20,12 +20,13 @@ Contract, beyond :class:`~sluice.redis.pipelined.PipelinedRedis`'s (same ``send`
 """
 
 import asyncio
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from sluice.log import get_logger
 from sluice.redis.errors import RedisDown, ReplyError
-from sluice.redis.pipelined import DEFAULT_TIMEOUT_S, Endpoint, PipelinedRedis
+from sluice.redis.pipelined import DEFAULT_TIMEOUT_S, Endpoint, PipelinedRedis, run_script
 from sluice.redis.resp import Arg
 from sluice.redis.slots import SLOTS, command_key, key_slot
 from sluice.redis.target import ClusterTarget, parse_cluster_url
@@ -41,6 +42,19 @@ TRYAGAIN_FOR_S = 2.0
 TRYAGAIN_EVERY_S = 0.02
 # How often the slot map may be asked for again after a failure (a dead master is retried meanwhile).
 REFRESH_EVERY_S = 0.25
+
+
+@dataclass(slots=True)
+class _Call:
+    """One command on its way, as often as it is redirected."""
+
+    future: "asyncio.Future[Any]"
+    args: tuple[Arg, ...]
+    timeout_s: float | None
+    payload: bool
+    redirects: int = 0
+    # When the first TRYAGAIN came (retries stop TRYAGAIN_FOR_S later).
+    tried_since: float | None = None
 
 
 class ClusterRedis:
@@ -59,8 +73,8 @@ class ClusterRedis:
         self._nodes: dict[Address, PipelinedRedis] = {}
         # The master of each slot; empty until the map is known.
         self._owners: list[Address] = []
-        # Commands that came before the map, in order: (future, args, timeout, payload).
-        self._waiting: list[tuple[asyncio.Future[Any], tuple[Arg, ...], float | None, bool]] = []
+        # Commands that came before the map, in order.
+        self._waiting: list[_Call] = []
         self._refresh: asyncio.Task[None] | None = None
         self._refreshed_at = float("-inf")
         self._closed = False
@@ -79,10 +93,10 @@ class ClusterRedis:
         if self._closed:
             future.set_exception(RedisDown(f"{self._name}: client closed"))
         elif not self._owners:
-            self._waiting.append((future, args, timeout_s, payload))
+            self._waiting.append(_Call(future, args, timeout_s, payload))
             self._refresh_map(at_once=True)
         else:
-            self._dispatch(future, args, timeout_s, payload, self._owner_of(args), 0)
+            self._dispatch(_Call(future, args, timeout_s, payload), self._owner_of(args))
         return future
 
     async def execute(self, *args: Arg, timeout_s: float | None = None) -> Any:
@@ -91,13 +105,8 @@ class ClusterRedis:
     async def evalsha(
         self, sha: str, script: str, keys: list[str], args: list[Arg], *, payload: bool = False
     ) -> Any:
-        """Run a Lua script by digest, loading it with EVAL when its node does not know it."""
-        try:
-            return await self.send("EVALSHA", sha, len(keys), *keys, *args, payload=payload)
-        except ReplyError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise
-        return await self.send("EVAL", script, len(keys), *keys, *args, payload=payload)
+        """Run a Lua script by digest, loading it with EVAL when its master does not know it."""
+        return await run_script(self.send, sha, script, keys, args, payload=payload)
 
     async def node_for(self, key: str) -> PipelinedRedis:
         """The connection to the master of ``key``'s slot, for commands that must share one
@@ -148,36 +157,15 @@ class ClusterRedis:
             self._nodes[address] = node
         return node
 
-    def _dispatch(
-        self,
-        future: "asyncio.Future[Any]",
-        args: tuple[Arg, ...],
-        timeout_s: float | None,
-        payload: bool,
-        address: Address,
-        redirects: int,
-        *,
-        asking: bool = False,
-        tried_since: float | None = None,
-    ) -> None:
+    def _dispatch(self, call: _Call, address: Address, *, asking: bool = False) -> None:
         node = self._node(address)
         if asking:
             _ignore(node.send("ASKING"))
-        sent = node.send(*args, timeout_s=timeout_s, payload=payload)
-        sent.add_done_callback(
-            partial(self._answered, future, args, timeout_s, payload, redirects, tried_since)
-        )
+        sent = node.send(*call.args, timeout_s=call.timeout_s, payload=call.payload)
+        sent.add_done_callback(partial(self._answered, call))
 
-    def _answered(
-        self,
-        future: "asyncio.Future[Any]",
-        args: tuple[Arg, ...],
-        timeout_s: float | None,
-        payload: bool,
-        redirects: int,
-        tried_since: float | None,
-        sent: "asyncio.Future[Any]",
-    ) -> None:
+    def _answered(self, call: _Call, sent: "asyncio.Future[Any]") -> None:
+        future = call.future
         if future.done():
             if not sent.cancelled():
                 sent.exception()  # retrieved: the caller went away
@@ -190,7 +178,7 @@ class ClusterRedis:
             future.set_result(sent.result())
             return
         if isinstance(error, ReplyError):
-            if self._followed(str(error), future, args, timeout_s, payload, redirects, tried_since):
+            if self._followed(call, str(error)):
                 return
             if str(error).startswith("CLUSTERDOWN"):
                 self._refresh_map()
@@ -198,17 +186,11 @@ class ClusterRedis:
         elif isinstance(error, RedisDown):
             self._refresh_map()
         future.set_exception(error)
+        if isinstance(error, RedisDown):
+            # As a lost connection's are (PipelinedRedis): a caller that went away logs nothing.
+            future.exception()
 
-    def _followed(
-        self,
-        message: str,
-        future: "asyncio.Future[Any]",
-        args: tuple[Arg, ...],
-        timeout_s: float | None,
-        payload: bool,
-        redirects: int,
-        tried_since: float | None,
-    ) -> bool:
+    def _followed(self, call: _Call, message: str) -> bool:
         """Send the command again if ``message`` redirects it (False: ``message`` is its answer)."""
         loop = self._loop
         assert loop is not None
@@ -216,45 +198,39 @@ class ClusterRedis:
         if word in ("MOVED", "ASK"):
             slot_text, _, where = rest.partition(" ")
             host, _, port_text = where.rpartition(":")
-            if redirects >= MAX_REDIRECTS or not slot_text.isdigit() or not port_text.isdigit():
+            if call.redirects >= MAX_REDIRECTS or not slot_text.isdigit() or not port_text.isdigit():
                 return False
             address = (host, int(port_text))
             if word == "MOVED":
                 self._owners[int(slot_text)] = address
                 self._refresh_map()
-            self._dispatch(future, args, timeout_s, payload, address, redirects + 1, asking=word == "ASK")
+            call.redirects += 1
+            self._dispatch(call, address, asking=word == "ASK")
             return True
-        if word == "UNBLOCKED" and redirects < MAX_REDIRECTS:
+        if word == "UNBLOCKED" and call.redirects < MAX_REDIRECTS:
             # A blocked read whose key left this master (migrated, or its slot moved): once the map
             # is asked again, read where the key lives now.
             self._refresh_map()
-            loop.call_later(
-                TRYAGAIN_EVERY_S, self._again, future, args, timeout_s, payload, redirects + 1, loop.time()
-            )
+            call.redirects += 1
+            loop.call_later(TRYAGAIN_EVERY_S, self._again, call)
             return True
         if word == "TRYAGAIN":
-            since = loop.time() if tried_since is None else tried_since
-            if loop.time() - since >= TRYAGAIN_FOR_S:
+            if call.tried_since is None:
+                call.tried_since = loop.time()
+            if loop.time() - call.tried_since >= TRYAGAIN_FOR_S:
                 return False
-            loop.call_later(TRYAGAIN_EVERY_S, self._again, future, args, timeout_s, payload, redirects, since)
+            loop.call_later(TRYAGAIN_EVERY_S, self._again, call)
             return True
         return False
 
-    def _again(
-        self,
-        future: "asyncio.Future[Any]",
-        args: tuple[Arg, ...],
-        timeout_s: float | None,
-        payload: bool,
-        redirects: int,
-        since: float,
-    ) -> None:
-        if future.done():
+    def _again(self, call: _Call) -> None:
+        """Send ``call`` again to the master of its key as the map now has it."""
+        if call.future.done():
             return
         if self._closed:
-            future.set_exception(RedisDown(f"{self._name}: client closed"))
+            call.future.set_exception(RedisDown(f"{self._name}: client closed"))
             return
-        self._dispatch(future, args, timeout_s, payload, self._owner_of(args), redirects, tried_since=since)
+        self._dispatch(call, self._owner_of(call.args))
 
     # The slot map ---------------------------------------------------------------------------------
     def _node_lost(self, error: Exception) -> None:
@@ -282,9 +258,9 @@ class ClusterRedis:
                 self._refreshed_at = self._loop.time()
         self._owners = owners
         waiting, self._waiting = self._waiting, []
-        for future, args, timeout_s, payload in waiting:
-            if not future.done():
-                self._dispatch(future, args, timeout_s, payload, self._owner_of(args), 0)
+        for call in waiting:
+            if not call.future.done():
+                self._dispatch(call, self._owner_of(call.args))
 
     async def _ask_slots(self) -> list[Address]:
         """The master of every slot, from the first node that answers with a map covering all."""
@@ -300,10 +276,10 @@ class ClusterRedis:
 
     def _fail_waiting(self, error: Exception) -> None:
         waiting, self._waiting = self._waiting, []
-        for future, *_ in waiting:
-            if not future.done():
-                future.set_exception(error)
-                future.exception()
+        for call in waiting:
+            if not call.future.done():
+                call.future.set_exception(error)
+                call.future.exception()
 
 
 def _owners(reply: Any, asked: Address) -> list[Address]:

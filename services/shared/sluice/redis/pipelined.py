@@ -163,6 +163,24 @@ class _Protocol(asyncio.Protocol):
         self._client._lost(self, exc)
 
 
+async def run_script(
+    send: "Callable[..., asyncio.Future[Any]]",
+    sha: str,
+    script: str,
+    keys: list[str],
+    args: list[Arg],
+    *,
+    payload: bool = False,
+) -> Any:
+    """A Lua script run through ``send`` by digest, with EVAL when Redis does not know it."""
+    try:
+        return await send("EVALSHA", sha, len(keys), *keys, *args, payload=payload)
+    except ReplyError as exc:
+        if not str(exc).startswith("NOSCRIPT"):
+            raise
+    return await send("EVAL", script, len(keys), *keys, *args, payload=payload)
+
+
 async def _open(
     loop: asyncio.AbstractEventLoop, protocol: _Protocol, endpoint: Endpoint
 ) -> asyncio.Transport:
@@ -261,12 +279,7 @@ class PipelinedRedis:
         self, sha: str, script: str, keys: list[str], args: list[Arg], *, payload: bool = False
     ) -> Any:
         """Run a Lua script by digest, loading it with EVAL when Redis does not know it (restart)."""
-        try:
-            return await self.send("EVALSHA", sha, len(keys), *keys, *args, payload=payload)
-        except ReplyError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise
-        return await self.send("EVAL", script, len(keys), *keys, *args, payload=payload)
+        return await run_script(self.send, sha, script, keys, args, payload=payload)
 
     async def node_for(self, key: str) -> "PipelinedRedis":
         """The connection that serves ``key``: this one (see :meth:`ClusterRedis.node_for`)."""
