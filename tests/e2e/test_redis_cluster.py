@@ -22,7 +22,7 @@ from sluice.v1 import torchserve_management_pb2 as mpb
 from sluice.v1 import torchserve_management_pb2_grpc as mpb_grpc
 
 from tests.support.cli_stack import Stack
-from tests.support.models import ModelSpec, echo_model, stateful_model, write_mar
+from tests.support.models import echo_model, sequence_model, write_mar
 from tests.support.redis_cluster import ClusterNodeServer, RedisClusterGroup, redis_cluster
 from tests.support.redis_server import free_port
 from tests.support.steady_load import SteadyLoad, sleeper_model, unclear
@@ -30,19 +30,6 @@ from tests.support.steady_load import SteadyLoad, sleeper_model, unclear
 CALL_TIMEOUT_S = 20.0
 DEADLINE_SLACK_S = 5.0
 VERSION = "1.0"
-SEQUENCES_CONFIG = (
-    "minWorkers: 2\nmaxWorkers: 2\nbatchSize: 4\nmaxBatchDelay: 20\nsequenceBatching: true\n"
-    "sequenceMaxIdleMSec: 60000\nmaxNumSequence: 64\nmaxSequenceJobQueueSize: 16\n"
-)
-
-
-def keeper_model() -> ModelSpec:
-    """A stateful model that saves each sequence's state (a running total)."""
-    spec = stateful_model("keeper", save_state=True)
-    config = spec.files["model-config.yaml"]
-    assert isinstance(config, str)
-    files = {**spec.files, "model-config.yaml": config + SEQUENCES_CONFIG}
-    return ModelSpec("keeper", spec.handler, files, config_file="model-config.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +65,7 @@ def stack(
     )
     for name in models:
         write_mar(sleeper_model(name, config="minWorkers: 1\nmaxWorkers: 1\n"), built.store)
-    write_mar(keeper_model(), built.store)
+    write_mar(sequence_model("keeper", save_state=True), built.store)
     built.start([*(f"{name}.mar" for name in models), "keeper.mar"])
     try:
         built.wait_for_workers("keeper", 2)

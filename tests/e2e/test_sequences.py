@@ -19,32 +19,16 @@ from sluice.v1 import torchserve_inference_pb2_grpc as pb_grpc
 from sluice.v1.kserve_pb2_grpc import GRPCInferenceServiceStub
 
 from tests.support.cli_stack import Stack
-from tests.support.models import ModelSpec, stateful_model, write_mar
+from tests.support.models import sequence_model, write_mar
 
 CALL_TIMEOUT_S = 60.0
-SEQUENCE_CONFIG = (
-    "minWorkers: 2\nmaxWorkers: 2\nbatchSize: 4\nmaxBatchDelay: 20\nsequenceBatching: true\n"
-    "sequenceMaxIdleMSec: 60000\nmaxNumSequence: 64\nmaxSequenceJobQueueSize: 16\n"
-)
-
-
-def model(name: str, *, save_state: bool) -> ModelSpec:
-    spec = stateful_model(name, save_state=save_state)
-    config = spec.files["model-config.yaml"]
-    assert isinstance(config, str)
-    return ModelSpec(
-        name,
-        spec.handler,
-        {**spec.files, "model-config.yaml": config + SEQUENCE_CONFIG},
-        config_file="model-config.yaml",
-    )
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # Stopping workers hand unsaved sequences over after 2 s (the default waits up to 20 s for them).
     started = Stack.create(tmp_path_factory.mktemp("sequences"), "sluice_sequence_drain_s=2\n")
-    for spec in (model("acc", save_state=False), model("keeper", save_state=True)):
+    for spec in (sequence_model("acc", save_state=False), sequence_model("keeper", save_state=True)):
         write_mar(spec, started.store)
     started.start(["acc.mar", "keeper.mar"])
     try:

@@ -14,7 +14,7 @@ import tarfile
 import textwrap
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -380,6 +380,22 @@ def stateful_model(
         version=version,
         config_file="model-config.yaml",
     )
+
+
+# Two workers, each holding sequences in batches of 4, as the end-to-end sequence tests run them.
+SEQUENCE_SERVING = (
+    "minWorkers: 2\nmaxWorkers: 2\nbatchSize: 4\nmaxBatchDelay: 20\nsequenceBatching: true\n"
+    "sequenceMaxIdleMSec: 60000\nmaxNumSequence: 64\nmaxSequenceJobQueueSize: 16\n"
+)
+
+
+def sequence_model(name: str, *, save_state: bool) -> ModelSpec:
+    """:func:`stateful_model` served as sequences (:data:`SEQUENCE_SERVING`)."""
+    spec = stateful_model(name, save_state=save_state)
+    config = spec.files["model-config.yaml"]
+    assert isinstance(config, str)
+    files = {**spec.files, "model-config.yaml": config + SEQUENCE_SERVING}
+    return replace(spec, files=files)
 
 
 MLP_SEED = 1234

@@ -140,18 +140,23 @@ class RedisClusterGroup:
     def _running(self) -> list[ClusterNodeServer]:
         return [node for node in self.nodes if node.process is not None]
 
+    def begin_migration(self, slot: int, target: ClusterNodeServer) -> ClusterNodeServer:
+        """Mark ``slot`` as moving from its master (returned) to ``target``; no key moves yet."""
+        source = self.owner_of_slot(slot)
+        if source is target:
+            raise ValueError(f"slot {slot} is already on port {target.port}")
+        target.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id())  # type: ignore[no-untyped-call]
+        source.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id())  # type: ignore[no-untyped-call]
+        return source
+
     def migrate_slot(
         self, slot: int, target: ClusterNodeServer, *, batch: int = 10, pause_s: float = 0.0
     ) -> int:
         """Move ``slot`` to ``target`` as ``redis-cli --cluster reshard`` does: ``batch`` keys per
         ``MIGRATE``, ``pause_s`` after each batch while keys remain (the slot is then split between
         the two masters: its multi-key commands are answered TRYAGAIN); returns how many keys moved."""
-        source = self.owner_of_slot(slot)
-        if source is target:
-            raise ValueError(f"slot {slot} is already on port {target.port}")
-        source_id, target_id = source.node_id(), target.node_id()
-        target.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)  # type: ignore[no-untyped-call]
-        source.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)  # type: ignore[no-untyped-call]
+        source = self.begin_migration(slot, target)
+        target_id = target.node_id()
         moved = 0
         while True:
             names: Any = source.client().execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)  # type: ignore[no-untyped-call]

@@ -42,15 +42,6 @@ def elsewhere(cluster: RedisClusterGroup, key: str) -> ClusterNodeServer:
     return next(master for master in cluster.masters if master is not owner)
 
 
-def start_migration(cluster: RedisClusterGroup, slot: int) -> tuple[ClusterNodeServer, ClusterNodeServer]:
-    """Mark ``slot`` as moving from its master to another; returns (source, target)."""
-    source = cluster.owner_of_slot(slot)
-    target = next(master for master in cluster.masters if master is not source)
-    target.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id())  # type: ignore[no-untyped-call]
-    source.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id())  # type: ignore[no-untyped-call]
-    return source, target
-
-
 def move_key(source: ClusterNodeServer, target: ClusterNodeServer, key: str) -> None:
     source.client().execute_command("MIGRATE", "127.0.0.1", target.port, key, 0, 5000)  # type: ignore[no-untyped-call]
 
@@ -100,7 +91,8 @@ async def test_a_slot_being_migrated_answers_from_both_masters(cluster: RedisClu
     try:
         await client.execute("SET", first, "moved")
         await client.execute("SET", second, "stays")
-        source, target = start_migration(cluster, slot)
+        target = elsewhere(cluster, first)
+        source = cluster.begin_migration(slot, target)
         move_key(source, target, first)
         # ASK: the moved key is read from the importing master, the other from the source.
         assert await client.execute("GET", first) == b"moved"

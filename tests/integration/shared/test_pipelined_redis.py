@@ -8,8 +8,9 @@ import time
 import pytest
 import redis.asyncio as aioredis
 import uvloop
+from sluice.redis.endpoint import Endpoint
 from sluice.redis.errors import RedisDown, ReplyError
-from sluice.redis.pipelined import Endpoint, PipelinedRedis
+from sluice.redis.pipelined import PipelinedRedis
 
 from tests.support.redis_server import RedisServer, free_port, redis_with_socket
 

@@ -2,7 +2,7 @@
 given the password setting."""
 
 import pytest
-from sluice.redis.pipelined import Endpoint
+from sluice.redis.endpoint import Endpoint
 from sluice.redis.target import (
     ClusterTarget,
     SentinelTarget,

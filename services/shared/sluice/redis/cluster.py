@@ -25,10 +25,11 @@ from functools import partial
 from typing import Any
 
 from sluice.log import get_logger
+from sluice.redis.endpoint import Endpoint
 from sluice.redis.errors import RedisDown, ReplyError
-from sluice.redis.pipelined import DEFAULT_TIMEOUT_S, Endpoint, PipelinedRedis, run_script
+from sluice.redis.pipelined import DEFAULT_TIMEOUT_S, PipelinedRedis, run_script
 from sluice.redis.resp import Arg
-from sluice.redis.slots import SLOTS, command_key, key_slot
+from sluice.redis.slots import command_key, key_slot, slot_owners
 from sluice.redis.target import ClusterTarget, parse_cluster_url
 
 log = get_logger(__name__)
@@ -269,7 +270,7 @@ class ClusterRedis:
         for address in candidates:
             try:
                 reply = await self._node(address).send("CLUSTER", "SLOTS", timeout_s=self._timeout_s)
-                return _owners(reply, address)
+                return slot_owners(reply, address[0])
             except (RedisDown, ReplyError, ValueError) as exc:
                 reasons.append(f"{address[0]}:{address[1]}: {exc}")
         raise RedisDown(f"{self._name}: no Redis Cluster node gave the slot map ({'; '.join(reasons)})")
@@ -280,21 +281,6 @@ class ClusterRedis:
             if not call.future.done():
                 call.future.set_exception(error)
                 call.future.exception()
-
-
-def _owners(reply: Any, asked: Address) -> list[Address]:
-    """Each slot's master from a ``CLUSTER SLOTS`` reply; ValueError when a slot has none."""
-    owners: list[Address | None] = [None] * SLOTS
-    for start, end, master, *_replicas in reply or []:
-        host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
-        # An empty or "?" endpoint: the node does not know its own address; it is the one asked.
-        address = (host, int(master[1])) if host not in ("", "?") else asked
-        for slot in range(int(start), int(end) + 1):
-            owners[slot] = address
-    missing = sum(owner is None for owner in owners)
-    if missing:
-        raise ValueError(f"{missing} slots have no master (the cluster is not fully set up)")
-    return [owner for owner in owners if owner is not None]
 
 
 def _ignore(future: "asyncio.Future[Any]") -> None:

@@ -27,27 +27,18 @@ Contract:
 """
 
 import asyncio
-import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 
 from sluice.log import get_logger
+from sluice.redis.endpoint import Endpoint, open_any, open_transport
 from sluice.redis.errors import RedisDown, ReplyError
 from sluice.redis.resp import Arg, coalesced, is_large, pack, pack_parts
 from sluice.redis.sentinel import master_address
-from sluice.redis.target import (
-    ClusterTarget,
-    SentinelTarget,
-    is_cluster,
-    is_sentinel,
-    parse_cluster_url,
-    parse_sentinel_url,
-)
 
 log = get_logger(__name__)
 
@@ -76,72 +67,6 @@ def _not_master(reply: Any) -> str:
     """Why a ``ROLE`` reply disqualifies a connection (empty: it is the master's)."""
     role = reply[0] if isinstance(reply, list) and reply else reply
     return "" if role == b"master" else f"Redis there is not the master (role {role!r})"
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where and how to connect, from a ``redis://``, ``rediss://``, ``unix://`` or
-    ``redis+sentinel://`` URL (then ``host`` and ``port`` are asked of the Sentinels per connection),
-    or a ``redis+cluster://`` URL (then the connection goes to the first seed node that takes it: for
-    what any node serves, such as pub/sub; :mod:`sluice.redis.cluster` routes keys)."""
-
-    host: str = "127.0.0.1"
-    port: int = 6379
-    path: str | None = None
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-    tls: bool = False
-    sentinel: SentinelTarget | None = None
-    cluster: ClusterTarget | None = None
-    # One master of a Cluster, its slots routed by :mod:`sluice.redis.cluster`: an ``UNBLOCKED``
-    # reply (a blocked read's key moved away) goes to that client to follow, the connection stays.
-    cluster_node: bool = False
-
-    @classmethod
-    def from_url(cls, url: str) -> "Endpoint":
-        """``redis://[[user]:password@]host[:port][/db]``, ``rediss://...``,
-        ``unix://[[user]:password@]/path[?db=N]`` (redis-py's forms) or a Sentinel URL; ValueError if
-        it is none."""
-        if is_sentinel(url):
-            target = parse_sentinel_url(url)
-            return cls(db=target.db, username=target.username, password=target.password, sentinel=target)
-        if is_cluster(url):
-            nodes = parse_cluster_url(url)
-            return cls(username=nodes.username, password=nodes.password, cluster=nodes)
-        parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"not a Redis URL (redis://, rediss:// or unix://): {url!r}")
-        query = parse_qs(parts.query)
-        db_text = query["db"][0] if "db" in query else ""
-        if parts.scheme != "unix" and parts.path.strip("/"):
-            db_text = parts.path.strip("/")
-        try:
-            db = int(db_text or 0)
-            port = parts.port or 6379
-        except ValueError:
-            raise ValueError(f"bad port or db in Redis URL {url!r}") from None
-        return cls(
-            host=parts.hostname or "127.0.0.1",
-            port=port,
-            path=unquote(parts.path) if parts.scheme == "unix" else None,
-            db=db,
-            username=unquote(parts.username) if parts.username else None,
-            password=unquote(parts.password) if parts.password is not None else None,
-            tls=parts.scheme == "rediss",
-        )
-
-    def handshake(self) -> list[tuple[Arg, ...]]:
-        """Commands that prepare a new connection (their replies are checked, then dropped)."""
-        commands: list[tuple[Arg, ...]] = []
-        if self.password is not None:
-            auth: tuple[Arg, ...] = ("AUTH", self.password)
-            commands.append(auth if self.username is None else ("AUTH", self.username, self.password))
-        if self.db:
-            commands.append(("SELECT", self.db))
-        if self.sentinel is not None:
-            commands.append(("ROLE",))
-        return commands
 
 
 @dataclass(slots=True)
@@ -179,34 +104,6 @@ async def run_script(
         if not str(exc).startswith("NOSCRIPT"):
             raise
     return await send("EVAL", script, len(keys), *keys, *args, payload=payload)
-
-
-async def _open(
-    loop: asyncio.AbstractEventLoop, protocol: _Protocol, endpoint: Endpoint
-) -> asyncio.Transport:
-    if endpoint.path is not None:
-        transport, _ = await loop.create_unix_connection(lambda: protocol, endpoint.path)
-    else:
-        context = ssl.create_default_context() if endpoint.tls else None
-        transport, _ = await loop.create_connection(
-            lambda: protocol, endpoint.host, endpoint.port, ssl=context
-        )
-    return transport
-
-
-async def _open_any(
-    loop: asyncio.AbstractEventLoop, protocol: _Protocol, seeds: tuple[tuple[str, int], ...]
-) -> asyncio.Transport:
-    """A connection to the first of ``seeds`` that takes one; OSError naming each refusal."""
-    reasons: list[str] = []
-    for host, port in seeds:
-        try:
-            transport, _ = await loop.create_connection(lambda: protocol, host, port)
-        except OSError as exc:
-            reasons.append(f"{host}:{port}: {exc}")
-            continue
-        return transport
-    raise OSError(f"no Redis Cluster node took a connection ({'; '.join(reasons)})")
 
 
 class PipelinedRedis:
@@ -304,9 +201,9 @@ class PipelinedRedis:
                     host, port = await master_address(endpoint.sentinel, CONNECT_TIMEOUT_S / 2)
                     endpoint = Endpoint(host=host, port=port)
                 if endpoint.cluster is not None:
-                    transport = await _open_any(loop, protocol, endpoint.cluster.seeds)
+                    transport = await open_any(loop, protocol, endpoint.cluster.seeds)
                 else:
-                    transport = await _open(loop, protocol, endpoint)
+                    transport = await open_transport(loop, protocol, endpoint)
         except (OSError, TimeoutError, RedisDown) as exc:
             self._connecting = None
             self._fail_all(RedisDown(f"{self._name}: cannot connect to Redis: {exc}"))

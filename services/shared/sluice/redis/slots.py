@@ -1,7 +1,9 @@
 """Redis Cluster's key slots: the slot a key hashes to (CRC16 of its hash tag, or of the whole key,
-modulo 16384) and which argument of a command is the key that decides where the command goes."""
+modulo 16384), which argument of a command is the key that decides where the command goes, and which
+master serves each slot (from ``CLUSTER SLOTS``)."""
 
 import binascii
+from typing import Any
 
 from sluice.redis.resp import Arg
 
@@ -52,3 +54,19 @@ def command_key(args: tuple[Arg, ...]) -> bytes | str | None:
 
 def _as_key(arg: Arg) -> bytes | str:
     return arg if isinstance(arg, bytes | str) else str(arg)
+
+
+def slot_owners(reply: Any, asked_host: str) -> list[tuple[str, int]]:
+    """Each slot's master ``(host, port)`` from a ``CLUSTER SLOTS`` reply of a node reached at
+    ``asked_host``; ValueError when a slot has none (the cluster is not fully set up)."""
+    owners: list[tuple[str, int] | None] = [None] * SLOTS
+    for start, end, master, *_replicas in reply or []:
+        host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
+        # An empty or "?" endpoint: the master does not know its own address; it shares the host asked.
+        address = (host if host not in ("", "?") else asked_host, int(master[1]))
+        for slot in range(int(start), int(end) + 1):
+            owners[slot] = address
+    missing = sum(owner is None for owner in owners)
+    if missing:
+        raise ValueError(f"{missing} slots have no master (the cluster is not fully set up)")
+    return [owner for owner in owners if owner is not None]
